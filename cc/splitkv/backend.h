@@ -1,0 +1,39 @@
+// The interface every backend implements (internal: the launchers call it after
+// validation and planning). A backend reads the plan and the layout; it computes no
+// workspace offsets of its own.
+#ifndef SPLITKV_BACKEND_H_
+#define SPLITKV_BACKEND_H_
+
+#include <cstdint>
+
+#include "cc/splitkv/params.h"
+#include "cc/splitkv/split_plan.h"
+
+namespace splitkv {
+
+// How a backend cuts work: a work tile is (request, kv head, q tile of q_tile_tokens
+// query tokens, all qo heads of the kv head's group).
+struct BackendTraits {
+  int64_t q_tile_tokens = 1;       // query tokens per tile (per kv head)
+  int64_t num_workers = 1;         // parallel workers the heuristic fills
+  int64_t min_keys_per_split = 256;
+  int64_t max_splits = 64;
+};
+
+namespace cpu {
+BackendTraits Traits(int64_t group_size, int64_t head_dim);
+void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
+void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
+}  // namespace cpu
+
+namespace cuda {
+// True in a --config=cuda build; otherwise a stub whose other functions throw.
+bool Available();
+BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream);
+void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
+void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
+}  // namespace cuda
+
+}  // namespace splitkv
+
+#endif  // SPLITKV_BACKEND_H_

@@ -1,0 +1,23 @@
+// The CUDA backend's stand-in for CPU-only builds: it says the backend is absent.
+#include <string>
+
+#include "cc/splitkv/backend.h"
+#include "cc/splitkv/errors.h"
+
+namespace splitkv {
+
+namespace cuda {
+namespace {
+[[noreturn]] void Absent(const char* op) {
+  throw UnsupportedError(std::string(op) + ": backend cuda is not in this build: expected a build with "
+                         "--config=cuda, got a CPU-only build");
+}
+}  // namespace
+
+bool Available() { return false; }
+BackendTraits Traits(int64_t, int64_t, int64_t, void*) { Absent("splitkv"); }
+void PagedAttention(const PagedAttentionParams&, const SplitPlan&) { Absent("paged_attention"); }
+void RaggedAttention(const RaggedAttentionParams&, const SplitPlan&) { Absent("ragged_attention"); }
+
+}  // namespace cuda
+}  // namespace splitkv

@@ -1,0 +1,311 @@
+#include "cc/splitkv/launchers.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "cc/splitkv/arg_checks.h"
+#include "cc/splitkv/backend.h"
+#include "cc/splitkv/errors.h"
+#include "cc/splitkv/workspace_layout.h"
+
+namespace splitkv {
+namespace {
+
+constexpr const char* kPagedOp = "paged_attention";
+constexpr const char* kRaggedOp = "ragged_attention";
+constexpr int64_t kMaxCpuHeadDim = 1024;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Checks shared by both operations: dtype, heads, head_dim, options, workspace.
+void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t num_qo_heads,
+                 int64_t num_kv_heads, int64_t head_dim, const AttentionOptions& options,
+                 const WorkspaceBuffer& workspace) {
+  const auto dtype_code = static_cast<int32_t>(dtype);
+  if (dtype_code < 0 || dtype_code > 2) {
+    check.Fail("dtype", "unknown", "0 (float32), 1 (float16) or 2 (bfloat16)", std::to_string(dtype_code));
+  }
+  if (backend == Backend::kCuda) {
+    if (!CudaBackendAvailable()) {
+      throw UnsupportedError(std::string(check.op()) +
+                             ": backend cuda is not in this build: expected a build with "
+                             "--config=cuda, got a CPU-only build");
+    }
+    if (dtype == DType::kFloat32) {
+      throw UnsupportedError(std::string(check.op()) +
+                             ": dtype float32 is not supported on cuda: expected float16 or "
+                             "bfloat16, got float32");
+    }
+    if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
+      throw UnsupportedError(std::string(check.op()) + ": head_dim not supported on cuda: expected "
+                             "64, 128 or 256, got " + std::to_string(head_dim));
+    }
+  } else if (backend != Backend::kCpu) {
+    check.Fail("backend", "unknown", "0 (cpu) or 1 (cuda)", std::to_string(static_cast<int32_t>(backend)));
+  }
+  check.AtLeast("num_qo_heads", num_qo_heads, 1);
+  check.AtLeast("num_kv_heads", num_kv_heads, 1);
+  check.MultipleOf("num_qo_heads", num_qo_heads, "num_kv_heads", num_kv_heads);
+  check.InRange("head_dim", head_dim, 1, kMaxCpuHeadDim + 1);
+  if (options.window_left < -1) {
+    check.Fail("window_left", "out of range", "-1 (no window) or >= 0", std::to_string(options.window_left));
+  }
+  if (!(options.logits_soft_cap >= 0.0f) || !std::isfinite(options.logits_soft_cap)) {
+    check.Fail("logits_soft_cap", "out of range", "a finite value >= 0 (0 disables it)",
+               std::to_string(options.logits_soft_cap));
+  }
+  if (!std::isfinite(options.sm_scale)) {
+    check.Fail("sm_scale", "is not finite", "a finite scale", std::to_string(options.sm_scale));
+  }
+  check.AtLeast("num_splits", options.num_splits, 0);
+  if (workspace.data == nullptr) check.Fail("workspace", "is null", "a buffer", "null");
+  const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
+  if (base % kWorkspaceAlignment != 0) {
+    throw WorkspaceError(std::string(check.op()) + ": workspace misaligned: expected a base address "
+                         "aligned to " + std::to_string(kWorkspaceAlignment) + " bytes, got address % " +
+                         std::to_string(kWorkspaceAlignment) + " = " +
+                         std::to_string(base % kWorkspaceAlignment));
+  }
+  if (workspace.bytes < kCounterRegionBytes) {
+    throw WorkspaceError(std::string(check.op()) + ": workspace too small: need at least " +
+                         std::to_string(kCounterRegionBytes) + " bytes (the counter region), got " +
+                         std::to_string(workspace.bytes));
+  }
+}
+
+void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t b) {
+  if (a < 0 || b < 0) {
+    check.Fail(std::string(tensor) + " strides", "negative", "strides >= 0",
+               std::to_string(a) + ", " + std::to_string(b));
+  }
+}
+
+// cu_seqlens must start at 0, never decrease, end at `total`; returns the largest length.
+int64_t CheckCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* cu, int64_t batch_size,
+                       int64_t total, const char* total_name) {
+  if (cu[0] != 0) check.Fail(std::string(arg) + "[0]", "is not 0", "0", std::to_string(cu[0]));
+  int64_t longest = 0;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    const int64_t len = int64_t{cu[b + 1]} - cu[b];
+    if (len < 0) {
+      check.Fail(std::string(arg), "decreases at index " + std::to_string(b + 1),
+                 "a non-decreasing prefix sum (>= " + std::to_string(cu[b]) + ")", std::to_string(cu[b + 1]));
+    }
+    longest = len > longest ? len : longest;
+  }
+  if (cu[batch_size] != total) {
+    check.Fail(std::string(arg) + "[batch_size]", "does not match " + std::string(total_name),
+               std::to_string(total), std::to_string(cu[batch_size]));
+  }
+  return longest;
+}
+
+BackendTraits TraitsFor(Backend backend, int64_t group_size, int64_t head_dim, int64_t max_q_len,
+                        void* stream) {
+  if (backend == Backend::kCuda) return cuda::Traits(group_size, head_dim, max_q_len, stream);
+  return cpu::Traits(group_size, head_dim);
+}
+
+SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int64_t num_qo_heads,
+               int64_t head_dim, int64_t batch_size, int64_t num_kv_heads, int64_t max_q_len,
+               int64_t max_kv_len, const AttentionOptions& options, const WorkspaceBuffer& workspace) {
+  SplitPlanRequest request;
+  request.op = op;
+  request.layout_shape = LayoutShape{total_q, num_qo_heads, head_dim};
+  request.batch_size = batch_size;
+  request.num_kv_heads = num_kv_heads;
+  request.max_q_tiles = CeilDiv(max_q_len > 0 ? max_q_len : 1, traits.q_tile_tokens);
+  request.max_kv_len = max_kv_len;
+  request.num_workers = traits.num_workers;
+  request.min_keys_per_split = traits.min_keys_per_split;
+  request.max_splits = traits.max_splits;
+  request.forced_num_splits = options.num_splits;
+  request.workspace_bytes = workspace.bytes;
+  return PlanSplits(request);
+}
+
+// Host-side counter check before a CPU launch: a stale counter would make the wrong task
+// merge (the bug class this project exists to prevent), so refuse clearly instead.
+void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const WorkspaceBuffer& ws) {
+  if (plan.num_splits <= 1) return;
+  const auto* counters = static_cast<const uint32_t*>(ws.data);
+  for (int64_t i = 0; i < plan.num_tiles; ++i) {
+    if (counters[i] != 0) {
+      throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected counter " +
+                           std::to_string(i) + " (bytes " + std::to_string(i * kCounterBytes) + ".." +
+                           std::to_string((i + 1) * kCounterBytes) + ") to be 0 at rest, got " +
+                           std::to_string(counters[i]) +
+                           "; was the workspace zeroed when made, or shared by concurrent launches?");
+    }
+  }
+}
+
+// ---- paged ----
+
+void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
+  CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
+  check.AtLeast("batch_size", p.batch_size, 0);
+  check.AtLeast("total_q", p.total_q, 0);
+  check.AtLeast("num_pages", p.num_pages, 1);
+  check.AtLeast("page_size", p.page_size, 1);
+  if (p.backend == Backend::kCuda && (p.page_size & (p.page_size - 1)) != 0) {
+    check.Fail("page_size", "not supported on cuda", "a power of two", std::to_string(p.page_size));
+  }
+  check.AtLeast("max_pages_per_seq", p.max_pages_per_seq, 1);
+  check.AtLeast("block_tables_stride", p.block_tables_stride, p.max_pages_per_seq);
+  check.AtLeast("max_q_len", p.max_q_len, 1);
+  check.AtLeast("max_kv_len", p.max_kv_len, 0);
+  if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
+  CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
+  CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
+  CheckStrides(check, "k_cache", p.k_stride_page, p.k_stride_head);
+  CheckStrides(check, "v_cache", p.v_stride_page, p.v_stride_head);
+  CheckStrides(check, "k_cache/v_cache slot", p.k_stride_slot, p.v_stride_slot);
+  if (p.total_q > 0) {
+    check.NotNull("q", p.q);
+    check.NotNull("out", p.out);
+    check.NotNull("k_cache", p.k_cache);
+    check.NotNull("v_cache", p.v_cache);
+    check.NotNull("block_tables", p.block_tables);
+    check.NotNull("seq_lens", p.seq_lens);
+  }
+}
+
+// Host-readable index data (CPU backend): every value the kernels will use.
+void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p) {
+  if (p.cu_seqlens_q != nullptr) {
+    const int64_t longest = CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
+    if (longest > p.max_q_len) check.Fail("max_q_len", "is below the longest query", ">= " + std::to_string(longest), std::to_string(p.max_q_len));
+  }
+  const int64_t capacity = p.max_pages_per_seq * p.page_size;
+  for (int64_t b = 0; b < p.batch_size; ++b) {
+    const int64_t kv_len = p.seq_lens[b];
+    if (kv_len < 0 || kv_len > capacity) {
+      check.Fail("seq_lens[" + std::to_string(b) + "]", "out of range",
+                 "a length in [0, " + std::to_string(capacity) + "] (max_pages_per_seq * page_size)",
+                 std::to_string(kv_len));
+    }
+    const int32_t* row = p.block_tables + b * p.block_tables_stride;
+    for (int64_t i = 0; i < CeilDiv(kv_len, p.page_size); ++i) {
+      check.InRange("block_tables[" + std::to_string(b) + "][" + std::to_string(i) + "] (a page id)",
+                    row[i], 0, p.num_pages);
+    }
+  }
+}
+
+SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
+  CheckPagedShapes(check, p);
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream);
+  return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
+              p.max_q_len, max_kv, p.options, p.workspace);
+}
+
+// ---- ragged ----
+
+void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
+  CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
+  check.AtLeast("batch_size", p.batch_size, 0);
+  check.AtLeast("total_q", p.total_q, 0);
+  check.AtLeast("total_kv", p.total_kv, 0);
+  check.AtLeast("max_q_len", p.max_q_len, 0);
+  check.AtLeast("max_kv_len", p.max_kv_len, 0);
+  CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
+  CheckStrides(check, "k", p.k_stride_token, p.k_stride_head);
+  CheckStrides(check, "v", p.v_stride_token, p.v_stride_head);
+  CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
+  check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
+  check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
+  if (p.total_q > 0) {
+    check.NotNull("q", p.q);
+    check.NotNull("out", p.out);
+  }
+  if (p.total_kv > 0) {
+    check.NotNull("k", p.k);
+    check.NotNull("v", p.v);
+  }
+}
+
+void CheckRaggedIndices(const ArgChecks& check, const RaggedAttentionParams& p) {
+  const int64_t longest_q = CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
+  CheckCuSeqlens(check, "cu_seqlens_kv", p.cu_seqlens_kv, p.batch_size, p.total_kv, "total_kv");
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
+  if (longest_q > max_q) check.Fail("max_q_len", "is below the longest query", ">= " + std::to_string(longest_q), std::to_string(max_q));
+}
+
+SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
+  CheckRaggedShapes(check, p);
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
+  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream);
+  return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
+              max_q, max_kv, p.options, p.workspace);
+}
+
+}  // namespace
+
+SplitPlan PlanPagedAttention(const PagedAttentionParams& params) {
+  return PlanPaged(ArgChecks(kPagedOp), params);
+}
+
+SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params) {
+  return PlanRagged(ArgChecks(kRaggedOp), params);
+}
+
+SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
+  const ArgChecks check(kPagedOp);
+  const SplitPlan plan = PlanPaged(check, params);
+  if (params.total_q == 0) return plan;
+  if (params.backend == Backend::kCuda) {
+    cuda::PagedAttention(params, plan);
+  } else {
+    CheckPagedIndices(check, params);
+    CheckCountersBeforeCpuLaunch(kPagedOp, plan, params.workspace);
+    cpu::PagedAttention(params, plan);
+  }
+  return plan;
+}
+
+SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
+  const ArgChecks check(kRaggedOp);
+  const SplitPlan plan = PlanRagged(check, params);
+  if (params.total_q == 0) return plan;
+  if (params.backend == Backend::kCuda) {
+    cuda::RaggedAttention(params, plan);
+  } else {
+    CheckRaggedIndices(check, params);
+    CheckCountersBeforeCpuLaunch(kRaggedOp, plan, params.workspace);
+    cpu::RaggedAttention(params, plan);
+  }
+  return plan;
+}
+
+bool CudaBackendAvailable() { return cuda::Available(); }
+
+void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
+  if (workspace_bytes < kCounterRegionBytes) {
+    throw WorkspaceError("check_counter_region: workspace too small: need at least " +
+                         std::to_string(kCounterRegionBytes) + " bytes, got " + std::to_string(workspace_bytes));
+  }
+  const auto* counters = static_cast<const uint32_t*>(workspace);
+  int64_t nonzero = 0;
+  int64_t first = -1;
+  for (int64_t i = 0; i < kMaxCounters; ++i) {
+    if (counters[i] != 0) {
+      if (first < 0) first = i;
+      ++nonzero;
+    }
+  }
+  if (nonzero > 0) {
+    throw WorkspaceError("check_counter_region: counter region not zero: expected all " +
+                         std::to_string(kMaxCounters) + " counters 0, got " + std::to_string(nonzero) +
+                         " nonzero, the first at index " + std::to_string(first) + " (byte " +
+                         std::to_string(first * kCounterBytes) + ") holding " + std::to_string(counters[first]));
+  }
+}
+
+}  // namespace splitkv

@@ -1,0 +1,78 @@
+#include "cc/splitkv/split_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cc/splitkv/errors.h"
+
+namespace splitkv {
+
+int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
+                           int64_t min_keys_per_split, int64_t max_splits) {
+  if (num_tiles <= 0 || num_workers <= 0) return 1;
+  // Enough tiles to keep (almost) every worker busy: splitting only adds merge work.
+  if (num_tiles * 10 >= num_workers * 8) return 1;
+  const int64_t by_keys = std::max<int64_t>(1, max_kv_len / std::max<int64_t>(1, min_keys_per_split));
+  const int64_t limit = std::max<int64_t>(1, std::min(max_splits, by_keys));
+  // Efficiency of s splits: the fraction of the last wave's workers that have work.
+  auto efficiency = [&](int64_t s) {
+    const double waves = static_cast<double>(num_tiles * s) / static_cast<double>(num_workers);
+    return waves / static_cast<double>((num_tiles * s + num_workers - 1) / num_workers);
+  };
+  double best = 0.0;
+  for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
+  for (int64_t s = 1; s <= limit; ++s) {
+    if (efficiency(s) >= 0.85 * best) return s;
+  }
+  return 1;
+}
+
+namespace {
+
+std::string TooSmallMessage(const SplitPlanRequest& r, int64_t num_splits, int64_t needed) {
+  return std::string(r.op) + ": workspace too small: need " + std::to_string(needed) +
+         " bytes for num_splits=" + std::to_string(num_splits) + ", got " +
+         std::to_string(r.workspace_bytes) +
+         "; pass a larger workspace or let the planner choose num_splits";
+}
+
+}  // namespace
+
+SplitPlan PlanSplits(const SplitPlanRequest& r) {
+  if (r.workspace_bytes < kCounterRegionBytes) {
+    throw WorkspaceError(std::string(r.op) + ": workspace too small: need at least " +
+                         std::to_string(kCounterRegionBytes) +
+                         " bytes (the counter region), got " + std::to_string(r.workspace_bytes));
+  }
+  SplitPlan plan;
+  plan.max_q_tiles = std::max<int64_t>(1, r.max_q_tiles);
+  plan.num_tiles = r.batch_size * r.num_kv_heads * plan.max_q_tiles;
+  const auto fits_counters = [&](int64_t s) {
+    return RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, s) <= kMaxCounters;
+  };
+  if (r.forced_num_splits >= 1) {
+    const int64_t s = r.forced_num_splits;
+    const int64_t needed = RequiredWorkspaceBytes(r.layout_shape, s);
+    if (needed > r.workspace_bytes) throw WorkspaceError(TooSmallMessage(r, s, needed));
+    if (!fits_counters(s)) {
+      throw WorkspaceError(
+          std::string(r.op) + ": too many work tiles for the counter region: need " +
+          std::to_string(RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, s)) +
+          " counters for num_splits=" + std::to_string(s) + ", the region holds " +
+          std::to_string(kMaxCounters) + "; use num_splits=1 or a smaller batch");
+    }
+    plan.num_splits = s;
+  } else {
+    int64_t s = NumSplitsHeuristic(plan.num_tiles, r.num_workers, r.max_kv_len,
+                                   r.min_keys_per_split, r.max_splits);
+    while (s > 1 && (RequiredWorkspaceBytes(r.layout_shape, s) > r.workspace_bytes ||
+                     !fits_counters(s))) {
+      --s;
+    }
+    plan.num_splits = s;
+  }
+  plan.layout = ComputeWorkspaceLayout(r.layout_shape, plan.num_splits);
+  return plan;
+}
+
+}  // namespace splitkv

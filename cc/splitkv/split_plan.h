@@ -1,0 +1,75 @@
+// Split-KV planning: how many splits a call uses, and which keys each split covers.
+//
+// The heuristic follows the idea of FlashAttention 3's num_splits_heuristic (hopper/
+// heuristics.h): split only when the tiles alone would leave workers idle, and pick the
+// smallest split count whose last wave is nearly full. Example: 8 tiles on 132 SMs with
+// 32k keys: 1 split fills 6% of the SMs; 16 splits give 128 CTAs (97% of one wave), so 16.
+#ifndef SPLITKV_SPLIT_PLAN_H_
+#define SPLITKV_SPLIT_PLAN_H_
+
+#include <cstdint>
+
+#include "cc/splitkv/workspace_layout.h"
+
+#if defined(__CUDACC__)
+#define SPLITKV_HOST_DEVICE __host__ __device__
+#else
+#define SPLITKV_HOST_DEVICE
+#endif
+
+namespace splitkv {
+
+// What the planner needs to know about a call.
+struct SplitPlanRequest {
+  const char* op = "";        // operation name, for error messages
+  LayoutShape layout_shape;   // total_q, num_qo_heads, head_dim
+  int64_t batch_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t max_q_tiles = 1;    // upper bound on query tiles per request
+  int64_t max_kv_len = 0;     // upper bound on keys per request
+  int64_t num_workers = 1;    // CPU threads x oversubscription, or GPU SMs x CTAs per SM
+  int64_t min_keys_per_split = 256;  // never split below this many keys
+  int64_t max_splits = 64;
+  int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
+  int64_t workspace_bytes = 0;       // the buffer's real size
+};
+
+struct SplitPlan {
+  int64_t num_splits = 1;
+  int64_t num_tiles = 0;       // batch_size * num_kv_heads * max_q_tiles
+  int64_t max_q_tiles = 1;
+  WorkspaceLayout layout;
+};
+
+// The split count that best fills `num_workers` (ignores the workspace size).
+int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
+                           int64_t min_keys_per_split, int64_t max_splits);
+
+// Chooses num_splits and the workspace layout. A chosen count is lowered until the
+// workspace holds it (1 split needs only the counter region, and no counters). Throws
+// WorkspaceError when the workspace is smaller than the counter region, or a forced
+// count does not fit (bytes or counters); the message gives the bytes needed and given.
+SplitPlan PlanSplits(const SplitPlanRequest& request);
+
+// Keys [begin, end) of split `split_idx` when the tile's visible keys [lo, hi) are cut
+// into `num_splits` chunks whose size is a multiple of `granularity` (a page or a key
+// tile); trailing splits may be empty (begin == end).
+struct KeyRange {
+  int64_t begin;
+  int64_t end;
+};
+SPLITKV_HOST_DEVICE inline KeyRange SplitKeyRange(int64_t lo, int64_t hi, int64_t num_splits,
+                                                  int64_t split_idx, int64_t granularity) {
+  if (hi <= lo) return {lo, lo};
+  const int64_t per_split = (hi - lo + num_splits - 1) / num_splits;
+  const int64_t chunk = (per_split + granularity - 1) / granularity * granularity;
+  int64_t begin = lo + split_idx * chunk;
+  int64_t end = begin + chunk;
+  if (begin > hi) begin = hi;
+  if (end > hi) end = hi;
+  return {begin, end};
+}
+
+}  // namespace splitkv
+
+#endif  // SPLITKV_SPLIT_PLAN_H_
