@@ -287,6 +287,9 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
 bool CudaBackendAvailable() { return cuda::Available(); }
 
 void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
+  if (workspace == nullptr) {
+    throw WorkspaceError("check_counter_region: workspace is null: expected a host buffer, got null");
+  }
   if (workspace_bytes < kCounterRegionBytes) {
     throw WorkspaceError("check_counter_region: workspace too small: need at least " +
                          std::to_string(kCounterRegionBytes) + " bytes, got " + std::to_string(workspace_bytes));

@@ -12,6 +12,7 @@
 #ifndef SPLITKV_LAUNCHERS_H_
 #define SPLITKV_LAUNCHERS_H_
 
+#include "cc/splitkv/errors.h"  // the exceptions the launchers throw
 #include "cc/splitkv/params.h"
 #include "cc/splitkv/split_plan.h"
 

@@ -2,8 +2,9 @@
 //
 // The heuristic follows the idea of FlashAttention 3's num_splits_heuristic (hopper/
 // heuristics.h): split only when the tiles alone would leave workers idle, and pick the
-// smallest split count whose last wave is nearly full. Example: 8 tiles on 132 SMs with
-// 32k keys: 1 split fills 6% of the SMs; 16 splits give 128 CTAs (97% of one wave), so 16.
+// smallest split count whose last wave is at least 85% as full as the best one. Example:
+// 8 tiles on 132 SMs with 32k keys: 1 split fills 6% of the SMs; 16 splits would give 128
+// CTAs (97% of one wave), and 15 give 120 (91%, above 0.85 x 97%), so 15.
 #ifndef SPLITKV_SPLIT_PLAN_H_
 #define SPLITKV_SPLIT_PLAN_H_
 

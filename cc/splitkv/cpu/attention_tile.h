@@ -9,17 +9,22 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "cc/splitkv/cpu/dtype.h"
+#include "cc/splitkv/cpu/isa.h"
 #include "cc/splitkv/params.h"
 #include "cc/splitkv/split_plan.h"
 #include "cc/splitkv/workspace_layout.h"
 
 namespace splitkv::cpu {
+inline namespace SPLITKV_CPU_ISA {
 
 inline constexpr int64_t kKeyBlock = 64;  // keys converted to float32 at a time
+inline constexpr int64_t kRowBlock = 4;   // query rows per micro-kernel
+inline constexpr int64_t kLanes = 16;     // keys (scores) or head_dim elements (outputs) per micro-kernel
 
 // Softmax stats of one partial, as stored in the workspace's softmax region.
 struct SoftmaxStat {
@@ -60,27 +65,116 @@ inline KeyRange VisibleKeys(const AttentionOptions& options, int64_t q_len, int6
   return {lo, std::max<int64_t>(lo, hi)};
 }
 
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8) {
-    for (int u = 0; u < 8; ++u) partial[u] += a[d + u] * b[d + u];
-  }
-  float sum = ((partial[0] + partial[4]) + (partial[1] + partial[5])) +
-              ((partial[2] + partial[6]) + (partial[3] + partial[7]));
-  for (; d < n; ++d) sum += a[d] * b[d];
-  return sum;
+// exp(x) for x <= 0, NaN passing through; branch-free so loops over it vectorise. Range
+// reduction x = n ln2 + r and the degree-6 polynomial for exp(r) on [-ln2/2, ln2/2] are the
+// classic Cephes expf scheme (relative error about 1e-7); below -87 the result is 0.
+inline float ExpNonPositive(float x) {
+  const float clamped = x < -87.0f ? -87.0f : x;  // a NaN fails the comparison and stays NaN
+  const float rounder = 12582912.0f;              // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (clamped * 1.44269504088896341f + rounder) - rounder;
+  const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
+  float poly = 1.9875691500e-4f;
+  poly = poly * r + 1.3981999507e-3f;
+  poly = poly * r + 8.3334519073e-3f;
+  poly = poly * r + 4.1665795894e-2f;
+  poly = poly * r + 1.6666665459e-1f;
+  poly = poly * r + 5.0000001201e-1f;
+  poly = poly * r * r + r + 1.0f;
+  const float scale = BitsToFloat(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  return x < -87.0f ? 0.0f : poly * scale;
 }
 
-template <typename T>
-void ToFloatRow(const T* src, float* dst, int64_t n) {
-  for (int64_t d = 0; d < n; ++d) dst[d] = ToFloat(src[d]);
+// Eight floats as one value: GCC and Clang lower it to one AVX2 register or two SSE ones,
+// so the micro-kernels below say exactly which loop runs across vector lanes.
+typedef float Vec8 __attribute__((vector_size(32)));
+
+inline Vec8 Load8(const float* p) {
+  Vec8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void Store8(float* p, Vec8 v) { std::memcpy(p, &v, sizeof v); }
+
+// scores[rr * kKeyBlock + j] = q_rr . k_j for R rows and keys [0, padded_keys), from keys
+// stored transposed (kt[e * kKeyBlock + j]) so the lanes run along keys.
+template <int R>
+inline void ScoreRows(const float* q, const float* kt, float* scores, int64_t d, int64_t padded_keys) {
+  static_assert(kLanes == 16, "two Vec8 per row");
+  for (int64_t j0 = 0; j0 < padded_keys; j0 += kLanes) {
+    Vec8 acc[R][2] = {};
+    for (int64_t e = 0; e < d; ++e) {
+      const Vec8 k0 = Load8(kt + e * kKeyBlock + j0);
+      const Vec8 k1 = Load8(kt + e * kKeyBlock + j0 + 8);
+      for (int rr = 0; rr < R; ++rr) {
+        const float qv = q[rr * d + e];
+        acc[rr][0] += qv * k0;
+        acc[rr][1] += qv * k1;
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      Store8(scores + rr * kKeyBlock + j0, acc[rr][0]);
+      Store8(scores + rr * kKeyBlock + j0 + 8, acc[rr][1]);
+    }
+  }
+}
+
+// The same scores from keys stored row by row (k[j * d + e]), for tiles of few rows
+// (decode): no transpose, each key row is read once for all rows; d % 8 == 0.
+template <int R>
+inline void ScoreRowsDirect(const float* q, const float* k, float* scores, int64_t d, int64_t num_keys) {
+  for (int64_t j = 0; j < num_keys; ++j) {
+    Vec8 acc[R] = {};
+    for (int64_t e = 0; e < d; e += 8) {
+      const Vec8 kv = Load8(k + j * d + e);
+      for (int rr = 0; rr < R; ++rr) acc[rr] += Load8(q + rr * d + e) * kv;
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      const Vec8 a = acc[rr];
+      scores[rr * kKeyBlock + j] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    }
+  }
+}
+
+// out[rr][e] += sum_j p[rr * kKeyBlock + j] * v[j][e] for R rows; d % kLanes == 0.
+template <int R>
+inline void AccumulateRows(const float* p, const float* v, float* out, int64_t num_keys, int64_t d) {
+  for (int64_t e0 = 0; e0 < d; e0 += kLanes) {
+    Vec8 acc[R][2];
+    for (int rr = 0; rr < R; ++rr) {
+      acc[rr][0] = Load8(out + rr * d + e0);
+      acc[rr][1] = Load8(out + rr * d + e0 + 8);
+    }
+    for (int64_t j = 0; j < num_keys; ++j) {
+      const Vec8 v0 = Load8(v + j * d + e0);
+      const Vec8 v1 = Load8(v + j * d + e0 + 8);
+      for (int rr = 0; rr < R; ++rr) {
+        const float pj = p[rr * kKeyBlock + j];
+        acc[rr][0] += pj * v0;
+        acc[rr][1] += pj * v1;
+      }
+    }
+    for (int rr = 0; rr < R; ++rr) {
+      Store8(out + rr * d + e0, acc[rr][0]);
+      Store8(out + rr * d + e0 + 8, acc[rr][1]);
+    }
+  }
 }
 
 // Per-thread buffers, reused across tasks.
 struct TileScratch {
   std::vector<float> q, acc, keys, values, scores, row_max, row_sum;
+  std::vector<int64_t> key_lo, key_hi;
 };
+
+// out_r += sum_j p_j v_j over row r's visible keys [key_lo, key_hi) of the block.
+inline void AccumulateOwnKeys(TileScratch& s, int64_t r, int64_t d) {
+  const float* p = &s.scores[r * kKeyBlock];
+  float* out = &s.acc[r * d];
+  for (int64_t j = s.key_lo[r]; j < s.key_hi[r]; ++j) {
+    const float* v = &s.values[j * d];
+    for (int64_t e = 0; e < d; ++e) out[e] += p[j] * v[e];
+  }
+}
 
 // Runs split `split_idx` of a tile. `kv` gives Key(j) / Value(j) pointers for the tile's
 // kv head. Writes the output (1 split) or a partial, then runs the counter protocol.
@@ -96,7 +190,9 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   s.row_sum.assign(rows, 0.0f);
   s.keys.resize(kKeyBlock * d);
   s.values.resize(kKeyBlock * d);
-  s.scores.resize(kKeyBlock);
+  s.scores.resize(rows * kKeyBlock);
+  s.key_lo.resize(rows);
+  s.key_hi.resize(rows);
 
   // Queries pre-scaled by sm_scale; the visible keys of each token.
   std::vector<KeyRange> visible(tile.num_tokens);
@@ -117,44 +213,83 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   const int64_t num_splits = in.plan->num_splits;
   const KeyRange keys = SplitKeyRange(tile_lo, std::max(tile_lo, tile_hi), num_splits, split_idx, kKeyBlock);
   const float cap = in.options.logits_soft_cap;
+  // Few rows (decode): score straight from key rows; many (prefill): from transposed keys,
+  // which lets a 4-row x 16-key block of scores stay in registers.
+  const bool direct = rows <= 2 * kRowBlock && d % 8 == 0;
 
   for (int64_t kb = keys.begin; kb < keys.end; kb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, keys.end - kb);
+    const int64_t padded = (nb + kLanes - 1) / kLanes * kLanes;
     for (int64_t j = 0; j < nb; ++j) {
-      ToFloatRow(kv.Key(kb + j), &s.keys[j * d], d);
-      ToFloatRow(kv.Value(kb + j), &s.values[j * d], d);
+      const auto* key = kv.Key(kb + j);
+      if (direct) {
+        for (int64_t e = 0; e < d; ++e) s.keys[j * d + e] = ToFloat(key[e]);
+      } else {
+        for (int64_t e = 0; e < d; ++e) s.keys[e * kKeyBlock + j] = ToFloat(key[e]);
+      }
+      const auto* value = kv.Value(kb + j);
+      for (int64_t e = 0; e < d; ++e) s.values[j * d + e] = ToFloat(value[e]);
     }
-    for (int64_t t = 0; t < tile.num_tokens; ++t) {
-      const int64_t jlo = std::max(kb, visible[t].begin);
-      const int64_t jhi = std::min(kb + nb, visible[t].end);
+    int64_t r0 = 0;
+    if (direct) {
+      for (; r0 + kRowBlock <= rows; r0 += kRowBlock) {
+        ScoreRowsDirect<kRowBlock>(&s.q[r0 * d], s.keys.data(), &s.scores[r0 * kKeyBlock], d, nb);
+      }
+      for (; r0 < rows; ++r0) ScoreRowsDirect<1>(&s.q[r0 * d], s.keys.data(), &s.scores[r0 * kKeyBlock], d, nb);
+    } else {
+      for (int64_t j = nb; j < padded; ++j) {
+        for (int64_t e = 0; e < d; ++e) s.keys[e * kKeyBlock + j] = 0.0f;
+      }
+      for (; r0 + kRowBlock <= rows; r0 += kRowBlock) {
+        ScoreRows<kRowBlock>(&s.q[r0 * d], s.keys.data(), &s.scores[r0 * kKeyBlock], d, padded);
+      }
+      for (; r0 < rows; ++r0) ScoreRows<1>(&s.q[r0 * d], s.keys.data(), &s.scores[r0 * kKeyBlock], d, padded);
+    }
+
+    // Online softmax per row over its visible keys of the block; p replaces the score.
+    for (int64_t r = 0; r < rows; ++r) {
+      const KeyRange& vis = visible[r / group];
+      const int64_t jlo = std::max(kb, vis.begin) - kb;
+      const int64_t jhi = std::min(kb + nb, vis.end) - kb;
+      s.key_lo[r] = jlo;
+      s.key_hi[r] = jhi;
       if (jlo >= jhi) continue;
-      for (int64_t g = 0; g < group; ++g) {
-        const int64_t r = t * group + g;
-        const float* qf = &s.q[r * d];
-        float block_max = -std::numeric_limits<float>::infinity();
-        for (int64_t j = jlo; j < jhi; ++j) {
-          float logit = Dot(qf, &s.keys[(j - kb) * d], d);
-          if (cap > 0.0f) logit = cap * std::tanh(logit / cap);
-          s.scores[j - kb] = logit;
-          block_max = std::max(block_max, logit);
-        }
-        const float new_max = std::max(s.row_max[r], block_max);
-        const float rescale = std::exp(s.row_max[r] - new_max);  // 0 when the row was empty
+      float* score = &s.scores[r * kKeyBlock];
+      if (cap > 0.0f) {
+        for (int64_t j = jlo; j < jhi; ++j) score[j] = cap * std::tanh(score[j] / cap);
+      }
+      float block_max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = jlo; j < jhi; ++j) block_max = std::max(block_max, score[j]);
+      const float new_max = std::max(s.row_max[r], block_max);
+      const float rescale = std::exp(s.row_max[r] - new_max);  // 0 when the row was empty
+      if (rescale != 1.0f) {
         float* acc = &s.acc[r * d];
-        float sum = s.row_sum[r] * rescale;
-        if (rescale != 1.0f) {
-          for (int64_t e = 0; e < d; ++e) acc[e] *= rescale;
+        for (int64_t e = 0; e < d; ++e) acc[e] *= rescale;
+      }
+      for (int64_t j = jlo; j < jhi; ++j) score[j] = ExpNonPositive(score[j] - new_max);
+      float sum = 0.0f;
+      for (int64_t j = jlo; j < jhi; ++j) sum += score[j];
+      s.row_max[r] = new_max;
+      s.row_sum[r] = s.row_sum[r] * rescale + sum;
+    }
+
+    // P.V: a block of rows that all see every key of the block takes the micro-kernel;
+    // any other row sums only its own visible keys, so an invisible key's value (even NaN)
+    // never meets a zero weight.
+    auto sees_block = [&](int64_t r) { return s.key_lo[r] == 0 && s.key_hi[r] == nb; };
+    r0 = 0;
+    if (d % kLanes == 0) {
+      for (; r0 + kRowBlock <= rows; r0 += kRowBlock) {
+        bool all = true;
+        for (int64_t rr = 0; rr < kRowBlock; ++rr) all = all && sees_block(r0 + rr);
+        if (all) {
+          AccumulateRows<kRowBlock>(&s.scores[r0 * kKeyBlock], s.values.data(), &s.acc[r0 * d], nb, d);
+          continue;
         }
-        for (int64_t j = jlo; j < jhi; ++j) {
-          const float p = std::exp(s.scores[j - kb] - new_max);
-          sum += p;
-          const float* v = &s.values[(j - kb) * d];
-          for (int64_t e = 0; e < d; ++e) acc[e] += p * v[e];
-        }
-        s.row_max[r] = new_max;
-        s.row_sum[r] = sum;
+        for (int64_t r = r0; r < r0 + kRowBlock; ++r) AccumulateOwnKeys(s, r, d);
       }
     }
+    for (; r0 < rows; ++r0) AccumulateOwnKeys(s, r0, d);
   }
 
   const LayoutShape shape{in.total_q, in.num_qo_heads, d};
@@ -232,6 +367,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   counter.store(0, std::memory_order_release);
 }
 
+}  // namespace SPLITKV_CPU_ISA
 }  // namespace splitkv::cpu
 
 #endif  // SPLITKV_CPU_ATTENTION_TILE_H_

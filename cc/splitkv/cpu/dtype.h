@@ -6,7 +6,10 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cc/splitkv/cpu/isa.h"
+
 namespace splitkv::cpu {
+inline namespace SPLITKV_CPU_ISA {
 
 struct Half { uint16_t bits; };
 struct BFloat16 { uint16_t bits; };
@@ -64,6 +67,7 @@ inline Half FromFloat<Half>(float x) {
   return Half{static_cast<uint16_t>(sign | (rounded >> 13))};
 }
 
+}  // namespace SPLITKV_CPU_ISA
 }  // namespace splitkv::cpu
 
 #endif  // SPLITKV_CPU_DTYPE_H_

@@ -1,0 +1,142 @@
+// The CPU backend's kernels: enumerates work tiles x splits as tasks on the thread pool,
+// as a GPU grid would run CTAs, and dispatches on dtype. Compiled once per instruction set
+// (isa.h); attention_cpu.cc picks one at run time. Index data was validated by the launcher.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "cc/splitkv/cpu/attention_kernels.h"
+#include "cc/splitkv/cpu/attention_tile.h"
+#include "cc/splitkv/cpu/thread_pool.h"
+
+namespace splitkv::cpu {
+inline namespace SPLITKV_CPU_ISA {
+namespace {
+
+// Keys of one (request, kv head) in a paged cache.
+template <typename T>
+struct PagedKv {
+  const T* k;
+  const T* v;
+  const int32_t* pages;
+  int64_t page_size, k_stride_page, k_stride_slot, v_stride_page, v_stride_slot;
+  const T* Key(int64_t j) const { return k + pages[j / page_size] * k_stride_page + (j % page_size) * k_stride_slot; }
+  const T* Value(int64_t j) const { return v + pages[j / page_size] * v_stride_page + (j % page_size) * v_stride_slot; }
+};
+
+// Keys of one (request, kv head) in packed k, v.
+template <typename T>
+struct RaggedKv {
+  const T* k;
+  const T* v;
+  int64_t k_stride_token, v_stride_token;
+  const T* Key(int64_t j) const { return k + j * k_stride_token; }
+  const T* Value(int64_t j) const { return v + j * v_stride_token; }
+};
+
+struct RequestTile {
+  int64_t request, q_tile;
+};
+
+// One task per (request tile, kv head, split); `run(tile, kv_head, split)`.
+template <typename Run>
+void RunTasks(const std::vector<RequestTile>& tiles, int64_t num_kv_heads, int64_t num_splits, const Run& run) {
+  const int64_t per_tile = num_kv_heads * num_splits;
+  ThreadPool::Global().ParallelFor(static_cast<int64_t>(tiles.size()) * per_tile, [&](int64_t task) {
+    const RequestTile& tile = tiles[task / per_tile];
+    const int64_t rest = task % per_tile;
+    run(tile, rest / num_splits, rest % num_splits);
+  });
+}
+
+std::vector<RequestTile> EnumerateTiles(int64_t batch_size, const int32_t* cu_seqlens_q, int64_t q_tile_tokens) {
+  std::vector<RequestTile> tiles;
+  for (int64_t b = 0; b < batch_size; ++b) {
+    const int64_t q_len = cu_seqlens_q == nullptr ? 1 : cu_seqlens_q[b + 1] - cu_seqlens_q[b];
+    for (int64_t t = 0; t * q_tile_tokens < q_len; ++t) tiles.push_back({b, t});
+  }
+  return tiles;
+}
+
+template <typename T, typename Params>
+TileInputs<T> MakeInputs(const Params& p, const SplitPlan& plan) {
+  return TileInputs<T>{static_cast<const T*>(p.q), p.q_stride_token, p.q_stride_head,
+                       static_cast<T*>(p.out), p.out_stride_token, p.out_stride_head, p.lse,
+                       p.num_qo_heads, p.head_dim, p.num_qo_heads / p.num_kv_heads, p.total_q,
+                       p.options, &plan, static_cast<uint8_t*>(p.workspace.data)};
+}
+
+TileRows MakeRows(int64_t q_begin, int64_t q_len, int64_t kv_len, int64_t q_tile, int64_t q_tile_tokens,
+                  int64_t kv_head, int64_t request, int64_t num_kv_heads, int64_t max_q_tiles) {
+  const int64_t first = q_tile * q_tile_tokens;
+  return TileRows{q_begin + first, std::min(q_tile_tokens, q_len - first), first, q_len, kv_len, kv_head,
+                  TileCounterIndex(request, kv_head, q_tile, num_kv_heads, max_q_tiles)};
+}
+
+template <typename T>
+void Paged(const PagedAttentionParams& p, const SplitPlan& plan) {
+  const TileInputs<T> in = MakeInputs<T>(p, plan);
+  const int64_t q_tile_tokens = QTileTokens(in.group_size);
+  const auto tiles = EnumerateTiles(p.batch_size, p.cu_seqlens_q, q_tile_tokens);
+  RunTasks(tiles, p.num_kv_heads, plan.num_splits, [&](const RequestTile& rt, int64_t kv_head, int64_t split) {
+    const int64_t b = rt.request;
+    const int64_t q_begin = p.cu_seqlens_q == nullptr ? b : p.cu_seqlens_q[b];
+    const int64_t q_len = p.cu_seqlens_q == nullptr ? 1 : p.cu_seqlens_q[b + 1] - q_begin;
+    const PagedKv<T> kv{static_cast<const T*>(p.k_cache) + kv_head * p.k_stride_head,
+                        static_cast<const T*>(p.v_cache) + kv_head * p.v_stride_head,
+                        p.block_tables + b * p.block_tables_stride,
+                        p.page_size, p.k_stride_page, p.k_stride_slot, p.v_stride_page, p.v_stride_slot};
+    RunTileSplit(in, MakeRows(q_begin, q_len, p.seq_lens[b], rt.q_tile, q_tile_tokens, kv_head, b,
+                              p.num_kv_heads, plan.max_q_tiles),
+                 kv, split);
+  });
+}
+
+template <typename T>
+void Ragged(const RaggedAttentionParams& p, const SplitPlan& plan) {
+  const TileInputs<T> in = MakeInputs<T>(p, plan);
+  const int64_t q_tile_tokens = QTileTokens(in.group_size);
+  const auto tiles = EnumerateTiles(p.batch_size, p.cu_seqlens_q, q_tile_tokens);
+  RunTasks(tiles, p.num_kv_heads, plan.num_splits, [&](const RequestTile& rt, int64_t kv_head, int64_t split) {
+    const int64_t b = rt.request;
+    const int64_t q_begin = p.cu_seqlens_q[b];
+    const int64_t kv_begin = p.cu_seqlens_kv[b];
+    const RaggedKv<T> kv{static_cast<const T*>(p.k) + kv_begin * p.k_stride_token + kv_head * p.k_stride_head,
+                         static_cast<const T*>(p.v) + kv_begin * p.v_stride_token + kv_head * p.v_stride_head,
+                         p.k_stride_token, p.v_stride_token};
+    RunTileSplit(in, MakeRows(q_begin, p.cu_seqlens_q[b + 1] - q_begin, p.cu_seqlens_kv[b + 1] - kv_begin,
+                              rt.q_tile, q_tile_tokens, kv_head, b, p.num_kv_heads, plan.max_q_tiles),
+                 kv, split);
+  });
+}
+
+template <template <typename> class Op, typename Params>
+void DispatchDtype(const Params& p, const SplitPlan& plan) {
+  switch (p.dtype) {
+    case DType::kFloat32: return Op<float>::Run(p, plan);
+    case DType::kFloat16: return Op<Half>::Run(p, plan);
+    case DType::kBFloat16: return Op<BFloat16>::Run(p, plan);
+  }
+}
+
+template <typename T>
+struct PagedOp {
+  static void Run(const PagedAttentionParams& p, const SplitPlan& plan) { Paged<T>(p, plan); }
+};
+template <typename T>
+struct RaggedOp {
+  static void Run(const RaggedAttentionParams& p, const SplitPlan& plan) { Ragged<T>(p, plan); }
+};
+
+}  // namespace
+
+void PagedAttentionKernels(const PagedAttentionParams& params, const SplitPlan& plan) {
+  DispatchDtype<PagedOp>(params, plan);
+}
+
+void RaggedAttentionKernels(const RaggedAttentionParams& params, const SplitPlan& plan) {
+  DispatchDtype<RaggedOp>(params, plan);
+}
+
+}  // namespace SPLITKV_CPU_ISA
+}  // namespace splitkv::cpu
