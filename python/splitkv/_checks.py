@@ -1,0 +1,137 @@
+"""Torch-side argument checks: what the C++ core cannot see.
+
+The C++ launchers get pointers, shapes and strides, so they check values (index contents,
+multiples, workspace size and alignment) themselves. What only exists on the torch side
+is checked here: Python types, dtypes, devices, ranks, strides, and the agreement of
+shapes between tensors. Every message has the form
+``<op>: <arg> <problem>: expected <X>, got <Y>[; <fix>]``; wrong types and dtypes raise
+TypeError, everything else ValueError.
+"""
+
+import torch
+
+from splitkv import _splitkv
+
+_INT32_MAX = 2**31 - 1
+
+DTYPE_CODES = {
+    torch.float32: _splitkv.DType.float32,
+    torch.float16: _splitkv.DType.float16,
+    torch.bfloat16: _splitkv.DType.bfloat16,
+}
+
+BACKENDS = {"cpu": _splitkv.Backend.cpu, "cuda": _splitkv.Backend.cuda}
+
+
+def fail(op, arg, problem, expected, got, fix=None, error=ValueError):
+    message = f"{op}: {arg} {problem}: expected {expected}, got {got}"
+    raise error(message + (f"; {fix}" if fix else ""))
+
+
+def tensor(op, name, x):
+    if not isinstance(x, torch.Tensor):
+        fail(op, name, "has the wrong type", "a torch.Tensor", type(x).__name__, error=TypeError)
+    return x
+
+
+def attention_dtype(op, name, x):
+    """The DType code of q (float32, float16 or bfloat16)."""
+    if x.dtype not in DTYPE_CODES:
+        fail(op, name, "dtype unsupported", "torch.float16, torch.bfloat16 or torch.float32",
+             x.dtype, error=TypeError)
+    return DTYPE_CODES[x.dtype]
+
+
+def same_dtype(op, name, x, ref_name, ref):
+    if x.dtype != ref.dtype:
+        fail(op, name, "dtype mismatch", f"{ref.dtype} (the dtype of {ref_name})", x.dtype,
+             error=TypeError)
+
+
+def index_tensor(op, name, x, ndim):
+    """An int32 index tensor (block_tables, seq_lens, cu_seqlens_*): refused, not converted."""
+    tensor(op, name, x)
+    if x.dtype != torch.int32:
+        fix = f"pass {name}.to(torch.int32)" if x.dtype == torch.int64 else None
+        fail(op, name, "dtype unsupported", "torch.int32", x.dtype, fix, error=TypeError)
+    rank(op, name, x, ndim)
+    if ndim == 1:
+        contiguous(op, name, x)
+    else:
+        inner_stride(op, name, x)
+    return x
+
+
+def rank(op, name, x, ndim, shape_doc=None):
+    if x.dim() != ndim:
+        expected = f"a {ndim}-D tensor" + (f" {shape_doc}" if shape_doc else "")
+        fail(op, name, "has the wrong number of dimensions", expected, f"shape {tuple(x.shape)}")
+
+
+def dim(op, name, x, axis, expected, what):
+    if x.shape[axis] != expected:
+        fail(op, f"{name}.shape[{axis}]", "mismatch", f"{expected} ({what})", x.shape[axis])
+
+
+def same_shape(op, name, x, ref_name, ref):
+    if x.shape != ref.shape:
+        fail(op, name, "shape mismatch", f"{tuple(ref.shape)} (the shape of {ref_name})",
+             tuple(x.shape))
+
+
+def inner_stride(op, name, x):
+    """The last dimension must be dense: the kernels read head_dim elements in a row."""
+    if x.dim() > 0 and x.shape[-1] > 1 and x.stride(-1) != 1:
+        fail(op, f"{name}.stride(-1)", "is not 1", "1 (a dense last dimension)", x.stride(-1),
+             f"pass {name}.contiguous()")
+
+
+def contiguous(op, name, x):
+    if not x.is_contiguous():
+        fail(op, name, "is not contiguous", "a contiguous tensor", f"strides {x.stride()}",
+             f"pass {name}.contiguous()")
+
+
+def device(op, name, x, ref_device):
+    if x.device != ref_device:
+        fail(op, f"{name} device", "mismatch", f"{ref_device} (q's device)", x.device,
+             f"move {name} to {ref_device}")
+
+
+def backend(op, dev):
+    if dev.type not in BACKENDS:
+        fail(op, "q device", "unsupported", "a cpu or cuda tensor", dev)
+    return BACKENDS[dev.type]
+
+
+def workspace_tensor(op, ws):
+    """The uint8 tensor behind a Workspace or a user's own buffer."""
+    buffer = getattr(ws, "tensor", ws)
+    if not isinstance(buffer, torch.Tensor):
+        fail(op, "workspace", "has the wrong type", "a splitkv.Workspace or a uint8 torch.Tensor",
+             type(ws).__name__, error=TypeError)
+    if buffer.dtype != torch.uint8:
+        fail(op, "workspace", "dtype unsupported", "torch.uint8", buffer.dtype, error=TypeError)
+    contiguous(op, "workspace", buffer)
+    return buffer
+
+
+def flag(op, name, value):
+    if value not in (True, False):
+        fail(op, name, "has the wrong type", "a bool", repr(value), error=TypeError)
+    return bool(value)
+
+
+def integer(op, name, value, minimum, expected):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        fail(op, name, "has the wrong type", "an int", repr(value), error=TypeError)
+    value = value.__index__()
+    if value < minimum or value > _INT32_MAX:
+        fail(op, name, "out of range", expected, value)
+    return value
+
+
+def real(op, name, value):
+    if isinstance(value, bool) or not hasattr(value, "__float__"):
+        fail(op, name, "has the wrong type", "a float", repr(value), error=TypeError)
+    return float(value)

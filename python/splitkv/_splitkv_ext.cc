@@ -1,0 +1,191 @@
+// The pybind11 module splitkv._splitkv: exports the C++ core, nothing more. Torch stays on
+// the Python side (python/splitkv/attention.py turns tensors into these param structs), so
+// this extension never links libtorch and works with any torch version.
+//
+// Pointer fields are plain Python ints (tensor.data_ptr()); C++ exceptions derived from
+// std::invalid_argument arrive as ValueError and std::runtime_error as RuntimeError, by
+// pybind11's default translators.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+
+#include "cc/splitkv/launchers.h"
+#include "cc/splitkv/params.h"
+#include "cc/splitkv/split_plan.h"
+#include "cc/splitkv/workspace_layout.h"
+
+namespace py = pybind11;
+
+namespace splitkv {
+namespace {
+
+// Exposes a pointer member as a read-write int property (an address).
+template <typename Class, typename Pointer>
+void PointerField(py::class_<Class>& cls, const char* name, Pointer Class::*member) {
+  cls.def_property(
+      name,
+      [member](const Class& self) { return reinterpret_cast<std::uintptr_t>(self.*member); },
+      [member](Class& self, std::uintptr_t address) {
+        self.*member = reinterpret_cast<Pointer>(address);
+      });
+}
+
+void BindEnums(py::module_& m) {
+  py::enum_<DType>(m, "DType")
+      .value("float32", DType::kFloat32)
+      .value("float16", DType::kFloat16)
+      .value("bfloat16", DType::kBFloat16);
+  py::enum_<Backend>(m, "Backend").value("cpu", Backend::kCpu).value("cuda", Backend::kCuda);
+}
+
+void BindLayout(py::module_& m) {
+  m.attr("kCounterRegionBytes") = kCounterRegionBytes;
+  m.attr("kWorkspaceAlignment") = kWorkspaceAlignment;
+  m.attr("kCounterBytes") = kCounterBytes;
+  m.attr("kMaxCounters") = kMaxCounters;
+
+  py::class_<LayoutShape>(m, "LayoutShape")
+      .def(py::init([](int64_t total_q, int64_t num_qo_heads, int64_t head_dim) {
+             return LayoutShape{total_q, num_qo_heads, head_dim};
+           }),
+           py::arg("total_q"), py::arg("num_qo_heads"), py::arg("head_dim"))
+      .def_readwrite("total_q", &LayoutShape::total_q)
+      .def_readwrite("num_qo_heads", &LayoutShape::num_qo_heads)
+      .def_readwrite("head_dim", &LayoutShape::head_dim);
+
+  py::class_<WorkspaceLayout>(m, "WorkspaceLayout")
+      .def_readonly("counter_offset", &WorkspaceLayout::counter_offset)
+      .def_readonly("counter_bytes", &WorkspaceLayout::counter_bytes)
+      .def_readonly("softmax_offset", &WorkspaceLayout::softmax_offset)
+      .def_readonly("softmax_bytes", &WorkspaceLayout::softmax_bytes)
+      .def_readonly("scratch_offset", &WorkspaceLayout::scratch_offset)
+      .def_readonly("scratch_bytes", &WorkspaceLayout::scratch_bytes)
+      .def_readonly("required_bytes", &WorkspaceLayout::required_bytes);
+
+  py::class_<SplitPlan>(m, "SplitPlan")
+      .def_readonly("num_splits", &SplitPlan::num_splits)
+      .def_readonly("num_tiles", &SplitPlan::num_tiles)
+      .def_readonly("max_q_tiles", &SplitPlan::max_q_tiles)
+      .def_readonly("layout", &SplitPlan::layout);
+
+  m.def("ComputeWorkspaceLayout", &ComputeWorkspaceLayout, py::arg("shape"), py::arg("num_splits"));
+  m.def("RequiredWorkspaceBytes", &RequiredWorkspaceBytes, py::arg("shape"), py::arg("num_splits"));
+}
+
+void BindOptions(py::module_& m) {
+  py::class_<AttentionOptions>(m, "AttentionOptions")
+      .def(py::init<>())
+      .def_readwrite("causal", &AttentionOptions::causal)
+      .def_readwrite("window_left", &AttentionOptions::window_left)
+      .def_readwrite("logits_soft_cap", &AttentionOptions::logits_soft_cap)
+      .def_readwrite("sm_scale", &AttentionOptions::sm_scale)
+      .def_readwrite("num_splits", &AttentionOptions::num_splits);
+
+  py::class_<WorkspaceBuffer> workspace(m, "WorkspaceBuffer");
+  workspace.def(py::init<>()).def_readwrite("bytes", &WorkspaceBuffer::bytes);
+  PointerField(workspace, "data", &WorkspaceBuffer::data);
+}
+
+void BindPagedParams(py::module_& m) {
+  using P = PagedAttentionParams;
+  py::class_<P> cls(m, "PagedAttentionParams");
+  cls.def(py::init<>());
+  PointerField(cls, "q", &P::q);
+  PointerField(cls, "k_cache", &P::k_cache);
+  PointerField(cls, "v_cache", &P::v_cache);
+  PointerField(cls, "block_tables", &P::block_tables);
+  PointerField(cls, "seq_lens", &P::seq_lens);
+  PointerField(cls, "cu_seqlens_q", &P::cu_seqlens_q);
+  PointerField(cls, "out", &P::out);
+  PointerField(cls, "lse", &P::lse);
+  PointerField(cls, "stream", &P::stream);
+  cls.def_readwrite("q_stride_token", &P::q_stride_token)
+      .def_readwrite("q_stride_head", &P::q_stride_head)
+      .def_readwrite("k_stride_page", &P::k_stride_page)
+      .def_readwrite("k_stride_head", &P::k_stride_head)
+      .def_readwrite("k_stride_slot", &P::k_stride_slot)
+      .def_readwrite("v_stride_page", &P::v_stride_page)
+      .def_readwrite("v_stride_head", &P::v_stride_head)
+      .def_readwrite("v_stride_slot", &P::v_stride_slot)
+      .def_readwrite("block_tables_stride", &P::block_tables_stride)
+      .def_readwrite("out_stride_token", &P::out_stride_token)
+      .def_readwrite("out_stride_head", &P::out_stride_head)
+      .def_readwrite("batch_size", &P::batch_size)
+      .def_readwrite("total_q", &P::total_q)
+      .def_readwrite("num_pages", &P::num_pages)
+      .def_readwrite("page_size", &P::page_size)
+      .def_readwrite("max_pages_per_seq", &P::max_pages_per_seq)
+      .def_readwrite("num_qo_heads", &P::num_qo_heads)
+      .def_readwrite("num_kv_heads", &P::num_kv_heads)
+      .def_readwrite("head_dim", &P::head_dim)
+      .def_readwrite("max_q_len", &P::max_q_len)
+      .def_readwrite("max_kv_len", &P::max_kv_len)
+      .def_readwrite("dtype", &P::dtype)
+      .def_readwrite("backend", &P::backend)
+      .def_readwrite("options", &P::options)
+      .def_readwrite("workspace", &P::workspace);
+}
+
+void BindRaggedParams(py::module_& m) {
+  using P = RaggedAttentionParams;
+  py::class_<P> cls(m, "RaggedAttentionParams");
+  cls.def(py::init<>());
+  PointerField(cls, "q", &P::q);
+  PointerField(cls, "k", &P::k);
+  PointerField(cls, "v", &P::v);
+  PointerField(cls, "cu_seqlens_q", &P::cu_seqlens_q);
+  PointerField(cls, "cu_seqlens_kv", &P::cu_seqlens_kv);
+  PointerField(cls, "out", &P::out);
+  PointerField(cls, "lse", &P::lse);
+  PointerField(cls, "stream", &P::stream);
+  cls.def_readwrite("q_stride_token", &P::q_stride_token)
+      .def_readwrite("q_stride_head", &P::q_stride_head)
+      .def_readwrite("k_stride_token", &P::k_stride_token)
+      .def_readwrite("k_stride_head", &P::k_stride_head)
+      .def_readwrite("v_stride_token", &P::v_stride_token)
+      .def_readwrite("v_stride_head", &P::v_stride_head)
+      .def_readwrite("out_stride_token", &P::out_stride_token)
+      .def_readwrite("out_stride_head", &P::out_stride_head)
+      .def_readwrite("batch_size", &P::batch_size)
+      .def_readwrite("total_q", &P::total_q)
+      .def_readwrite("total_kv", &P::total_kv)
+      .def_readwrite("num_qo_heads", &P::num_qo_heads)
+      .def_readwrite("num_kv_heads", &P::num_kv_heads)
+      .def_readwrite("head_dim", &P::head_dim)
+      .def_readwrite("max_q_len", &P::max_q_len)
+      .def_readwrite("max_kv_len", &P::max_kv_len)
+      .def_readwrite("dtype", &P::dtype)
+      .def_readwrite("backend", &P::backend)
+      .def_readwrite("options", &P::options)
+      .def_readwrite("workspace", &P::workspace);
+}
+
+void BindLaunchers(py::module_& m) {
+  // The launchers run attention on the thread pool (CPU) or enqueue it (CUDA): other
+  // Python threads keep running meanwhile.
+  const auto release = py::call_guard<py::gil_scoped_release>();
+  m.def("LaunchPagedAttention", &LaunchPagedAttention, py::arg("params"), release);
+  m.def("LaunchRaggedAttention", &LaunchRaggedAttention, py::arg("params"), release);
+  m.def("PlanPagedAttention", &PlanPagedAttention, py::arg("params"), release);
+  m.def("PlanRaggedAttention", &PlanRaggedAttention, py::arg("params"), release);
+  m.def(
+      "CheckCounterRegionZero",
+      [](std::uintptr_t workspace, int64_t workspace_bytes) {
+        CheckCounterRegionZero(reinterpret_cast<const void*>(workspace), workspace_bytes);
+      },
+      py::arg("workspace"), py::arg("workspace_bytes"), release);
+  m.def("CudaBackendAvailable", &CudaBackendAvailable);
+}
+
+}  // namespace
+}  // namespace splitkv
+
+PYBIND11_MODULE(_splitkv, m) {
+  m.doc() = "splitkv's C++ core (internal: use the splitkv package).";
+  splitkv::BindEnums(m);
+  splitkv::BindLayout(m);
+  splitkv::BindOptions(m);
+  splitkv::BindPagedParams(m);
+  splitkv::BindRaggedParams(m);
+  splitkv::BindLaunchers(m);
+}

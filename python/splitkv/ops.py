@@ -1,0 +1,204 @@
+"""splitkv's operations as torch.library custom ops: torch.compile(fullgraph=True), CUDA graphs.
+
+:func:`splitkv.paged_attention` and :func:`splitkv.ragged_attention` hand raw pointers to
+the C++ launchers, which torch.compile cannot trace. The functions here take the same
+arguments and return the same results, but reach the launchers through two custom ops
+that the compiler treats as opaque calls with a known effect:
+
+``torch.ops.splitkv.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, workspace,
+out, lse, cu_seqlens_q, kv_layout, sm_scale, causal, window_left, logits_soft_cap,
+num_splits, max_q_len) -> ()``
+
+``torch.ops.splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, out,
+lse, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len) -> ()``
+
+Each op writes ``out`` (and ``lse`` when given) and declares ``workspace`` mutated too: the
+split counters in its first bytes are read, modified and written back to zero, and the
+softmax and scratch regions are overwritten. The compiler therefore keeps the calls in
+order and passes the caller's buffers themselves (no copies). ``v_cache`` is None when
+``k_cache`` is the whole 5-D cache.
+
+Validation: the functions check Python types (what the op schema would otherwise refuse
+with a less helpful message); every other check runs inside the op, on the real tensors,
+through the same code as the eager functions, so errors read the same whether compiled or
+not. The fake (meta) implementations only declare that nothing new is returned.
+
+Differences from the eager functions: a :class:`~splitkv.Workspace` is not marked busy
+while a call runs (its buffer tensor goes through the op). Under CUDA graph capture pass
+``max_q_len`` when ``cu_seqlens_q`` is given: computing it reads the index tensor on the
+host, which capture forbids.
+"""
+
+from typing import Optional
+
+import torch
+
+from splitkv import _checks
+from splitkv import _splitkv
+from splitkv import attention
+
+_PAGED = attention._PAGED
+_RAGGED = attention._RAGGED
+_MUTATED = ("workspace", "out", "lse")
+
+
+def _lse(op, lse, q):
+    """The lse buffer a caller of the raw op passes: [total_q, num_qo_heads] float32."""
+    _checks.tensor(op, "lse", lse)
+    _checks.device(op, "lse", lse, q.device)
+    if lse.dtype != torch.float32:
+        _checks.fail(op, "lse", "dtype unsupported", "torch.float32", lse.dtype, error=TypeError)
+    if tuple(lse.shape) != tuple(q.shape[:2]):
+        _checks.fail(op, "lse", "shape mismatch",
+                     f"{tuple(q.shape[:2])} ([total_q, num_qo_heads] of q)", tuple(lse.shape))
+    _checks.contiguous(op, "lse", lse)
+
+
+def _launch(op, launcher, params, q, lse, workspace):
+    if lse is not None:
+        _lse(op, lse, q)
+        params.lse = lse.data_ptr()
+    attention._run(op, launcher, params, q, workspace)
+
+
+@torch.library.custom_op("splitkv::paged_attention", mutates_args=_MUTATED)
+def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
+              block_tables: torch.Tensor, seq_lens: torch.Tensor, workspace: torch.Tensor,
+              out: torch.Tensor, lse: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+              kv_layout: str, sm_scale: Optional[float], causal: bool, window_left: int,
+              logits_soft_cap: float, num_splits: Optional[int],
+              max_q_len: Optional[int]) -> None:
+    kv_cache = k_cache if v_cache is None else (k_cache, v_cache)
+    params, _, _ = attention._paged_params(
+        _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
+        sm_scale, causal, window_left, logits_soft_cap, num_splits, False, out, max_q_len,
+        launch=True)
+    _launch(_PAGED, _splitkv.LaunchPagedAttention, params, q, lse, workspace)
+
+
+@_paged_op.register_fake
+def _paged_fake(*args):
+    return None
+
+
+@torch.library.custom_op("splitkv::ragged_attention", mutates_args=_MUTATED)
+def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+               cu_seqlens_kv: torch.Tensor, workspace: torch.Tensor, out: torch.Tensor,
+               lse: Optional[torch.Tensor], causal: bool, sm_scale: Optional[float],
+               window_left: int, logits_soft_cap: float, num_splits: Optional[int],
+               max_q_len: Optional[int]) -> None:
+    params, _, _ = attention._ragged_params(
+        _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
+        logits_soft_cap, num_splits, False, out, max_q_len, launch=True)
+    _launch(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, lse, workspace)
+
+
+@_ragged_op.register_fake
+def _ragged_fake(*args):
+    return None
+
+
+# ---- the functions: eager-compatible signatures over the ops ----
+
+
+def _optional_tensor(op, name, x):
+    return None if x is None else _checks.tensor(op, name, x)
+
+
+def _scalars(op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len):
+    """The scalar arguments as the op schema's types (bool, float, int), type-checked with
+    the eager functions' messages; ranges are checked inside the op."""
+    causal = _checks.flag(op, "causal", causal)
+    if sm_scale is not None:
+        sm_scale = _checks.real(op, "sm_scale", sm_scale)
+    window_left = _checks.integer(op, "window_left", window_left, -1,
+                                  "-1 (no window) or an int >= 0")
+    logits_soft_cap = _checks.real(op, "logits_soft_cap", logits_soft_cap)
+    if num_splits is not None:
+        num_splits = _checks.integer(op, "num_splits", num_splits, 1,
+                                     "None (the planner chooses) or an int >= 1")
+    if max_q_len is not None:
+        max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
+    return causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len
+
+
+def _buffers(op, q, out, return_lse):
+    """out (the caller's or new) and lse (new, or None)."""
+    _checks.flag(op, "return_lse", return_lse)
+    _optional_tensor(op, "out", out)
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = None
+    if return_lse:
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
+                    kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
+                    logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
+                    max_q_len=None):
+    """:func:`splitkv.paged_attention` through the custom op ``splitkv::paged_attention``.
+
+    Same parameters, results and errors as :func:`splitkv.paged_attention`; usable inside
+    ``torch.compile(fullgraph=True)`` and CUDA graph capture (pass ``max_q_len`` with
+    ``cu_seqlens_q`` there).
+
+    Example
+    -------
+    >>> @torch.compile(fullgraph=True)
+    ... def decode(q, kv_cache, block_tables, seq_lens, workspace):
+    ...     return splitkv.ops.paged_attention(q, kv_cache, block_tables, seq_lens, workspace)
+    """
+    op = _PAGED
+    _checks.tensor(op, "q", q)
+    if isinstance(kv_cache, (tuple, list)) and len(kv_cache) == 2:
+        k_cache = _checks.tensor(op, "kv_cache[0]", kv_cache[0])
+        v_cache = _checks.tensor(op, "kv_cache[1]", kv_cache[1])
+    elif isinstance(kv_cache, (tuple, list)):
+        _checks.fail(op, "kv_cache", "has the wrong length", "a (k, v) pair of tensors",
+                     f"{len(kv_cache)} items")
+    else:
+        k_cache, v_cache = _checks.tensor(op, "kv_cache", kv_cache), None
+    _checks.tensor(op, "block_tables", block_tables)
+    _checks.tensor(op, "seq_lens", seq_lens)
+    _optional_tensor(op, "cu_seqlens_q", cu_seqlens_q)
+    if not isinstance(kv_layout, str):
+        _checks.fail(op, "kv_layout", "has the wrong type", "'HND' or 'NHD'", repr(kv_layout),
+                     error=TypeError)
+    buffer = _checks.workspace_tensor(op, workspace)
+    causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
+        op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len)
+    out, lse = _buffers(op, q, out, return_lse)
+    torch.ops.splitkv.paged_attention(
+        q, k_cache, v_cache, block_tables, seq_lens, buffer, out, lse, cu_seqlens_q, kv_layout,
+        sm_scale, causal, window_left, logits_soft_cap, num_splits, max_q_len)
+    return (out, lse) if return_lse else out
+
+
+def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
+                     sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
+                     return_lse=False, out=None, max_q_len=None):
+    """:func:`splitkv.ragged_attention` through the custom op ``splitkv::ragged_attention``.
+
+    Same parameters, results and errors as :func:`splitkv.ragged_attention`; usable inside
+    ``torch.compile(fullgraph=True)`` and CUDA graph capture (pass ``max_q_len`` there).
+
+    Example
+    -------
+    >>> @torch.compile(fullgraph=True)
+    ... def prefill(q, k, v, cu_seqlens, workspace):
+    ...     return splitkv.ops.ragged_attention(q, k, v, cu_seqlens, cu_seqlens, workspace)
+    """
+    op = _RAGGED
+    for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+                    ("cu_seqlens_kv", cu_seqlens_kv)):
+        _checks.tensor(op, name, x)
+    buffer = _checks.workspace_tensor(op, workspace)
+    causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
+        op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len)
+    out, lse = _buffers(op, q, out, return_lse)
+    torch.ops.splitkv.ragged_attention(
+        q, k, v, cu_seqlens_q, cu_seqlens_kv, buffer, out, lse, causal, sm_scale, window_left,
+        logits_soft_cap, num_splits, max_q_len)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,246 @@
+"""The caller-owned workspace: a uint8 buffer zeroed once, and the report of its layout.
+
+Every byte offset comes from the C++ core (cc/splitkv/workspace_layout.h); this module
+only allocates, aligns and reports.
+"""
+
+import contextlib
+import dataclasses
+import threading
+
+import torch
+
+from splitkv import _checks
+from splitkv import _splitkv
+
+COUNTER_REGION_BYTES = _splitkv.kCounterRegionBytes
+"""Bytes [0, COUNTER_REGION_BYTES) of every workspace hold the split counters (8 MiB)."""
+
+WORKSPACE_ALIGNMENT = _splitkv.kWorkspaceAlignment
+"""Required alignment of a workspace's base address and of each region, in bytes (256)."""
+
+# Products of the layout are int64 in C++: refuse inputs whose scratch bytes would not fit.
+_MAX_LAYOUT_BYTES = 2**62
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkspaceLayout:
+    """Byte ranges of the three workspace regions for one call (offsets from the base).
+
+    Attributes
+    ----------
+    counter_offset, counter_bytes : int
+        The counter region, always ``0`` and ``COUNTER_REGION_BYTES``: uint32 split
+        counters, zero whenever no call is running.
+    softmax_offset, softmax_bytes : int
+        Softmax stats (float32 max and sum of exponentials) per (split, q token, qo head);
+        ``softmax_bytes`` is 0 with one split.
+    scratch_offset, scratch_bytes : int
+        float32 partial outputs per (split, q token, qo head, head_dim element); 0 bytes
+        with one split.
+    required_bytes : int
+        Bytes the call needs: the end of the last region, rounded up to
+        ``WORKSPACE_ALIGNMENT``.
+    """
+
+    counter_offset: int
+    counter_bytes: int
+    softmax_offset: int
+    softmax_bytes: int
+    scratch_offset: int
+    scratch_bytes: int
+    required_bytes: int
+
+    @classmethod
+    def _from_ext(cls, layout):
+        return cls(**{field.name: getattr(layout, field.name) for field in dataclasses.fields(cls)})
+
+    def regions(self):
+        """The regions as ``{"counter" | "softmax" | "scratch": (begin, end)}``, end exclusive."""
+        return {
+            "counter": (self.counter_offset, self.counter_offset + self.counter_bytes),
+            "softmax": (self.softmax_offset, self.softmax_offset + self.softmax_bytes),
+            "scratch": (self.scratch_offset, self.scratch_offset + self.scratch_bytes),
+        }
+
+
+def workspace_layout(total_q, num_qo_heads, head_dim, num_splits):
+    """The workspace layout of a call with ``num_splits`` splits.
+
+    Parameters
+    ----------
+    total_q : int
+        Query tokens in the call (sum of q_len over requests), >= 0.
+    num_qo_heads : int
+        Query/output heads, >= 1.
+    head_dim : int
+        Elements per head, >= 1.
+    num_splits : int
+        Splits of each request's KV, >= 1. One split needs only the counter region.
+
+    Returns
+    -------
+    WorkspaceLayout
+        Byte ranges of the counter, softmax and scratch regions.
+
+    Raises
+    ------
+    TypeError
+        An argument is not an int.
+    ValueError
+        An argument is out of range, or the sizes overflow 64-bit byte counts.
+
+    Example
+    -------
+    >>> layout = splitkv.workspace_layout(total_q=8, num_qo_heads=32, head_dim=128, num_splits=4)
+    >>> layout.regions()["counter"]
+    (0, 8388608)
+    """
+    op = "workspace_layout"
+    total_q = _checks.integer(op, "total_q", total_q, 0, ">= 0")
+    num_qo_heads = _checks.integer(op, "num_qo_heads", num_qo_heads, 1, ">= 1")
+    head_dim = _checks.integer(op, "head_dim", head_dim, 1, ">= 1")
+    num_splits = _checks.integer(op, "num_splits", num_splits, 1, ">= 1")
+    scratch = num_splits * total_q * num_qo_heads * head_dim * 4
+    if scratch >= _MAX_LAYOUT_BYTES:
+        _checks.fail(op, "sizes", "too large", f"scratch bytes below 2**62", scratch)
+    shape = _splitkv.LayoutShape(total_q, num_qo_heads, head_dim)
+    return WorkspaceLayout._from_ext(_splitkv.ComputeWorkspaceLayout(shape, num_splits))
+
+
+def required_workspace_bytes(total_q, num_qo_heads, head_dim, num_splits):
+    """Bytes of workspace a call with ``num_splits`` splits needs, counter region included.
+
+    Parameters are those of :func:`workspace_layout`.
+
+    Returns
+    -------
+    int
+        ``COUNTER_REGION_BYTES`` for one split; more, growing with ``num_splits``, above.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`workspace_layout`.
+
+    Example
+    -------
+    >>> nbytes = splitkv.required_workspace_bytes(total_q=64, num_qo_heads=32, head_dim=128,
+    ...                                           num_splits=8)
+    >>> workspace = splitkv.Workspace(nbytes, "cpu")
+    """
+    return workspace_layout(total_q, num_qo_heads, head_dim, num_splits).required_bytes
+
+
+class Workspace:
+    """A workspace buffer for splitkv's operations, zeroed once when made.
+
+    One workspace serves any number of paged and ragged calls on its device, one call
+    at a time: every call leaves the counter region zero, so it is never zeroed again.
+    Use one workspace per CUDA stream (or per thread on the CPU); a call that finds this
+    workspace in use by another thread raises ValueError.
+
+    Parameters
+    ----------
+    nbytes : int
+        Size in bytes, >= ``COUNTER_REGION_BYTES`` (8 MiB). A call whose planned splits do
+        not fit uses fewer (see :func:`required_workspace_bytes`).
+    device : torch.device or str, default "cpu"
+        Where the buffer lives: the device of the tensors it will serve.
+
+    Attributes
+    ----------
+    tensor : torch.Tensor
+        ``[nbytes]`` uint8, contiguous, base address aligned to ``WORKSPACE_ALIGNMENT``
+        (256) bytes. Bytes ``[0, COUNTER_REGION_BYTES)`` are split counters, zero when no
+        call runs; later bytes may hold anything.
+    nbytes : int
+    device : torch.device
+
+    Raises
+    ------
+    TypeError
+        nbytes is not an int.
+    ValueError
+        nbytes is below ``COUNTER_REGION_BYTES``.
+
+    Example
+    -------
+    >>> workspace = splitkv.Workspace(64 << 20, "cpu")
+    >>> out = splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, workspace)
+    >>> workspace.check_counter_region()  # raises ValueError if a counter is nonzero
+    """
+
+    def __init__(self, nbytes, device="cpu"):
+        op = "Workspace"
+        if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
+            _checks.fail(op, "nbytes", "has the wrong type", "an int", repr(nbytes), error=TypeError)
+        nbytes = nbytes.__index__()
+        if nbytes < COUNTER_REGION_BYTES:
+            _checks.fail(op, "nbytes", "too small", f">= {COUNTER_REGION_BYTES} (the counter region)",
+                         nbytes)
+        device = torch.device(device)
+        # torch's CPU allocator only promises 64-byte alignment: over-allocate and slice.
+        raw = torch.zeros(nbytes + WORKSPACE_ALIGNMENT - 1, dtype=torch.uint8, device=device)
+        skip = -raw.data_ptr() % WORKSPACE_ALIGNMENT
+        self._raw = raw
+        self.tensor = raw[skip:skip + nbytes]
+        self.nbytes = nbytes
+        self.device = raw.device
+        self._lock = threading.Lock()
+
+    def counter_region(self):
+        """The counter region, bytes ``[0, COUNTER_REGION_BYTES)``, as a uint8 view."""
+        return self.tensor[:COUNTER_REGION_BYTES]
+
+    def check_counter_region(self):
+        """Raises ValueError unless every counter is zero (syncs on CUDA: copies 8 MiB).
+
+        The message names how many counters are nonzero and the first one's index, byte
+        offset and value.
+        """
+        check_counter_region(self)
+
+    def __repr__(self):
+        return f"Workspace(nbytes={self.nbytes}, device='{self.device}')"
+
+
+def check_counter_region(workspace):
+    """Raises ValueError unless the counter region of ``workspace`` is all zero.
+
+    Parameters
+    ----------
+    workspace : Workspace or torch.Tensor
+        A Workspace, or a user's uint8 buffer of at least ``COUNTER_REGION_BYTES`` bytes.
+        A CUDA buffer's counter region is copied to the host (a sync).
+
+    Raises
+    ------
+    TypeError
+        workspace is neither a Workspace nor a uint8 tensor.
+    ValueError
+        A counter is nonzero ("counter region not zero", with the count and the first
+        nonzero counter's index, byte and value), or the buffer is smaller than the region.
+    """
+    buffer = _checks.workspace_tensor("check_counter_region", workspace)
+    region = buffer[:COUNTER_REGION_BYTES]
+    if region.device.type != "cpu":
+        region = region.cpu()
+    _splitkv.CheckCounterRegionZero(region.data_ptr(), buffer.numel())
+
+
+@contextlib.contextmanager
+def exclusive(op, workspace):
+    """Marks a Workspace busy for one call; a user's own tensor is not tracked."""
+    lock = getattr(workspace, "_lock", None)
+    if lock is None:
+        yield
+        return
+    if not lock.acquire(blocking=False):
+        _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
+                     "one that another thread is using",
+                     "use one Workspace per thread (and per CUDA stream)")
+    try:
+        yield
+    finally:
+        lock.release()

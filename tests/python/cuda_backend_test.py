@@ -1,0 +1,352 @@
+"""The CUDA backend against the float64 reference and the CPU backend, under the workspace
+contract: many interleaved launches on one never re-zeroed workspace, and CUDA graphs.
+
+Every test here needs a GPU (mark `gpu`). With SPLITKV_METRICS set to a file path, each
+correctness case appends one JSON line with its errors (tools/gpu/run_checks.sh reads them).
+"""
+
+import json
+import os
+import random
+import zlib
+
+import pytest
+import torch
+
+import harness
+import reference
+import splitkv
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(autouse=True)
+def _needs_cuda():
+    harness.require("cuda")
+
+
+def _record(kind, case, **figures):
+    path = os.environ.get("SPLITKV_METRICS")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"kind": kind, "case": case, **figures}) + "\n")
+
+
+def _errors(actual, expected):
+    """Max absolute error and the relative error ||a - e|| / ||e|| (float64)."""
+    a = actual.detach().cpu().to(torch.float64)
+    diff = (a - expected).abs()
+    return float(diff.max()) if diff.numel() else 0.0, float(
+        (a - expected).norm() / max(float(expected.norm()), 1e-30))
+
+
+def _to_cpu(x):
+    if isinstance(x, tuple):
+        return tuple(t.cpu() for t in x)
+    return x.cpu() if isinstance(x, torch.Tensor) else x
+
+
+def _check_against_cpu(out_gpu, out_cpu, dtype):
+    # Both backends approximate the same float64 value: allow each one's tolerance.
+    atol, rtol = harness.OUT_TOLERANCE[dtype]
+    torch.testing.assert_close(out_gpu.cpu().to(torch.float64), out_cpu.to(torch.float64),
+                               atol=2 * atol, rtol=2 * rtol)
+
+
+# ---- correctness: float64 reference and the CPU backend on the same inputs ----
+
+_PAGED_CASES = harness.pairwise({
+    "dtype": [torch.float16, torch.bfloat16],
+    "head_dim": [64, 128, 256],
+    "page_size": [1, 16, 128],
+    "layout": ["HND", "NHD"],
+    "form": ["5d", "pair", "strided"],
+    "group": [1, 4, 8],
+    "queries": ["decode", "spec", "chunk"],
+    "options": ["plain", "window", "softcap", "noncausal"],
+    "num_splits": [None, 1, 3],
+}, seed=3)
+
+_OPTIONS = {
+    "plain": {},
+    "window": {"window_left": 37},
+    "softcap": {"logits_soft_cap": 5.0},
+    "noncausal": {"causal": False},
+}
+
+
+def _paged_problem(case, device):
+    seq_lens = [1, 97, 300, 1100]
+    q_lens = {"decode": None, "spec": [1, 3, 4, 2], "chunk": [1, 70, 150, 37]}[case["queries"]]
+    return harness.make_paged(
+        seq_lens, page_size=case["page_size"], num_kv_heads=2, group=case["group"],
+        head_dim=case["head_dim"], dtype=case["dtype"], device=device, kv_layout=case["layout"],
+        kv_form=case["form"], q_lens=q_lens, seed=zlib.crc32(harness.case_id(case).encode()))
+
+
+@pytest.mark.parametrize("case", _PAGED_CASES, ids=harness.case_id)
+def test_paged_matches_reference_and_cpu(case):
+    problem = _paged_problem(case, "cuda")
+    workspace = harness.shared_workspace("cuda")
+    harness.fill_garbage(workspace)
+    options = dict(_OPTIONS[case["options"]], num_splits=case["num_splits"], return_lse=True)
+    out = torch.full_like(problem.q, float("nan"))
+    plan = problem.plan(workspace, **options)
+    got, lse = problem.run(workspace, out=out, **options)
+    torch.cuda.synchronize()
+    harness.assert_counter_region_zero(workspace)
+
+    expected, expected_lse = problem.reference(**options)
+    harness.assert_close(got, expected, case["dtype"])
+    harness.assert_lse_close(lse, expected_lse)
+
+    cpu_problem = _paged_problem(case, "cpu")
+    cpu_out, cpu_lse = cpu_problem.run(harness.shared_workspace("cpu"), **options)
+    _check_against_cpu(got, cpu_out, case["dtype"])
+    abs_err, rel_err = _errors(got, expected)
+    _record("paged", harness.case_id(case), num_splits=plan.num_splits, max_abs_err=abs_err,
+            rel_err=rel_err, max_abs_diff_cpu=_errors(got, cpu_out.to(torch.float64))[0])
+
+
+_RAGGED_CASES = harness.pairwise({
+    "dtype": [torch.float16, torch.bfloat16],
+    "head_dim": [64, 128, 256],
+    "group": [1, 4, 8],
+    "lengths": ["square", "q<kv", "q>kv", "empty"],
+    "options": ["plain", "window", "softcap", "noncausal"],
+    "strided": [False, True],
+    "num_splits": [None, 1, 3],
+}, seed=5)
+
+_LENGTHS = {
+    "square": ([300, 65, 1], [300, 65, 1]),
+    "q<kv": ([100, 7, 129], [600, 7, 400]),
+    "q>kv": ([90, 5], [40, 5]),  # causal: the first 50 queries of request 0 see no key
+    "empty": ([0, 80, 33], [10, 0, 200]),
+}
+
+
+def _ragged_problem(case, device):
+    q_lens, kv_lens = _LENGTHS[case["lengths"]]
+    return harness.make_ragged(q_lens, kv_lens, num_kv_heads=2, group=case["group"],
+                               head_dim=case["head_dim"], dtype=case["dtype"], device=device,
+                               strided=case["strided"],
+                               seed=zlib.crc32(harness.case_id(case).encode()))
+
+
+@pytest.mark.parametrize("case", _RAGGED_CASES, ids=harness.case_id)
+def test_ragged_matches_reference_and_cpu(case):
+    problem = _ragged_problem(case, "cuda")
+    workspace = harness.shared_workspace("cuda")
+    harness.fill_garbage(workspace)
+    options = dict(_OPTIONS[case["options"]], num_splits=case["num_splits"], return_lse=True)
+    out = torch.full_like(problem.q, float("nan"))
+    plan = problem.plan(workspace, **options)
+    got, lse = problem.run(workspace, out=out, **options)
+    torch.cuda.synchronize()
+    harness.assert_counter_region_zero(workspace)
+
+    expected, expected_lse = problem.reference(**options)
+    harness.assert_close(got, expected, case["dtype"])
+    harness.assert_lse_close(lse, expected_lse)
+
+    cpu_problem = _ragged_problem(case, "cpu")
+    cpu_out, _ = cpu_problem.run(harness.shared_workspace("cpu"), **options)
+    _check_against_cpu(got, cpu_out, case["dtype"])
+    abs_err, rel_err = _errors(got, expected)
+    _record("ragged", harness.case_id(case), num_splits=plan.num_splits, max_abs_err=abs_err,
+            rel_err=rel_err, max_abs_diff_cpu=_errors(got, cpu_out.to(torch.float64))[0])
+
+
+# ---- the workspace contract under many launches ----
+
+
+def _random_launch(rng, seed, workspace):
+    """A random paged or ragged problem on the GPU, with random options; a forced
+    num_splits the workspace cannot hold falls back to the planner's choice."""
+    dtype = rng.choice([torch.float16, torch.bfloat16])
+    head_dim = rng.choice([64, 128, 256])
+    group = rng.choice([1, 2, 4, 8])
+    options = dict(rng.choice(list(_OPTIONS.values())))
+    options["num_splits"] = rng.choice([None, None, 1, 2, 5, 16])
+    options["return_lse"] = True
+    batch = rng.randint(1, 5)
+    if rng.random() < 0.5:
+        seq_lens = [rng.choice([0, 1, rng.randint(1, 64), rng.randint(64, 1500)])
+                    for _ in range(batch)]
+        q_lens = None
+        if rng.random() < 0.5:
+            q_lens = [min(n, rng.choice([1, 2, 4, rng.randint(1, 80)])) for n in seq_lens]
+        problem = harness.make_paged(
+            seq_lens, page_size=rng.choice([1, 2, 8, 16, 64, 128]), num_kv_heads=rng.randint(1, 2),
+            group=group, head_dim=head_dim, dtype=dtype, device="cuda",
+            kv_layout=rng.choice(["HND", "NHD"]), kv_form=rng.choice(["5d", "pair", "strided"]),
+            q_lens=q_lens, seed=seed)
+        if q_lens is not None:
+            options["max_q_len"] = max(1, max(q_lens))
+    else:
+        q_lens = [rng.choice([0, 1, rng.randint(1, 40), rng.randint(40, 200)]) for _ in range(batch)]
+        kv_lens = [q + rng.choice([0, 0, rng.randint(0, 300)]) for q in q_lens]
+        problem = harness.make_ragged(q_lens, kv_lens, num_kv_heads=rng.randint(1, 2), group=group,
+                                      head_dim=head_dim, dtype=dtype, device="cuda",
+                                      strided=rng.random() < 0.3, seed=seed)
+        options["max_q_len"] = max(q_lens)
+    if options["num_splits"] is not None:
+        total_q, num_qo_heads, _ = problem.q.shape
+        needed = splitkv.required_workspace_bytes(total_q, num_qo_heads, head_dim,
+                                                  options["num_splits"])
+        if needed > workspace.nbytes:
+            options["num_splits"] = None
+    return problem, options
+
+
+def test_interleaved_launches_keep_the_workspace_contract():
+    launches = int(os.environ.get("SPLITKV_STRESS_LAUNCHES", "1000"))
+    rng = random.Random(1234)
+    workspace = splitkv.Workspace(64 << 20, "cuda")  # zeroed here, never again
+    counters = workspace.counter_region()
+    split_launches = 0
+    kinds = {"paged": 0, "ragged": 0}
+    worst = 0.0
+    for i in range(launches):
+        problem, options = _random_launch(rng, i, workspace)
+        kinds["paged" if isinstance(problem, harness.PagedProblem) else "ragged"] += 1
+        plan = problem.plan(workspace, **options)
+        split_launches += plan.num_splits > 1
+        results = []
+        for _ in range(2):  # a re-run on re-poisoned scratch must give the same bits
+            harness.fill_garbage(workspace)
+            results.append(problem.run(workspace, **options))
+            assert int(counters.count_nonzero()) == 0, f"launch {i}: counters not zero"
+        (out, lse), (out2, lse2) = results
+        harness.assert_bitwise_equal(out, out2)
+        harness.assert_bitwise_equal(lse, lse2)
+        expected, expected_lse = problem.reference(**options)
+        harness.assert_close(out, expected, problem.dtype)
+        harness.assert_lse_close(lse, expected_lse)
+        worst = max(worst, _errors(out, expected)[0])
+    harness.assert_counter_region_zero(workspace)
+    _record("stress", "interleaved", launches=2 * launches, problems=launches,
+            split_problems=split_launches, **kinds, max_abs_err=worst)
+    assert split_launches > launches // 4  # the counter protocol ran often
+
+
+# ---- CUDA graphs: capture once, replay with new lengths and page tables ----
+
+
+def _gather_pages(cache, pages, kv_len):
+    """[kv_len, num_kv_heads, head_dim] from an HND cache [num_pages, 2, H, page, D]."""
+    num_kv_heads, head_dim = cache.shape[2], cache.shape[4]
+    k = cache[pages.long(), 0].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)
+    v = cache[pages.long(), 1].permute(0, 2, 1, 3).reshape(-1, num_kv_heads, head_dim)
+    return k[:kv_len], v[:kv_len]
+
+
+def test_cuda_graph_replays_paged_decode():
+    torch.manual_seed(7)
+    batch, num_kv_heads, group, head_dim, page_size, max_pages = 6, 4, 4, 128, 16, 64
+    num_pages = batch * max_pages
+    dtype = torch.bfloat16
+    cache = torch.randn(num_pages, 2, num_kv_heads, page_size, head_dim, device="cuda").to(dtype)
+    q = torch.empty(batch, num_kv_heads * group, head_dim, device="cuda", dtype=dtype)
+    block_tables = torch.zeros(batch, max_pages, dtype=torch.int32, device="cuda")
+    seq_lens = torch.ones(batch, dtype=torch.int32, device="cuda")
+    out = torch.empty_like(q)
+    workspace = splitkv.Workspace(64 << 20, "cuda")
+    options = dict(num_splits=4, max_q_len=1)
+
+    def step():
+        return splitkv.paged_attention(q, cache, block_tables, seq_lens, workspace, out=out,
+                                       return_lse=True, **options)
+
+    def new_inputs(rng):
+        q.copy_(torch.randn(q.shape, device="cuda").to(dtype))
+        block_tables.copy_(torch.randperm(num_pages, device="cuda")[:batch * max_pages]
+                           .view(batch, max_pages).to(torch.int32))
+        lens = [rng.randint(0, max_pages * page_size) for _ in range(batch)]
+        seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        return lens
+
+    rng = random.Random(11)
+    new_inputs(rng)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # warm-up outside capture (module load, attribute setting)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = step()  # replays write this captured lse tensor
+    worst = 0.0
+    for replay in range(100):
+        lens = new_inputs(rng)
+        harness.fill_garbage(workspace)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert int(workspace.counter_region().count_nonzero()) == 0, f"replay {replay}"
+        for b, kv_len in enumerate(lens):
+            pages = block_tables[b, :(kv_len + page_size - 1) // page_size]
+            k, v = _gather_pages(cache, pages, kv_len)
+            expected, expected_lse = reference.attention(q[b:b + 1], k, v)
+            harness.assert_close(out[b:b + 1], expected, dtype)
+            harness.assert_lse_close(lse[b:b + 1], expected_lse)
+            worst = max(worst, _errors(out[b:b + 1], expected)[0])
+    _record("graph", "paged_decode", replays=100, num_splits=4, max_abs_err=worst)
+
+
+def test_cuda_graph_replays_ragged_prefill():
+    torch.manual_seed(8)
+    batch, num_kv_heads, group, head_dim = 3, 2, 4, 64
+    total_q, total_kv, max_q_len = 240, 480, 160
+    dtype = torch.float16
+    q = torch.empty(total_q, num_kv_heads * group, head_dim, device="cuda", dtype=dtype)
+    k = torch.empty(total_kv, num_kv_heads, head_dim, device="cuda", dtype=dtype)
+    v = torch.empty_like(k)
+    cu_q = torch.zeros(batch + 1, dtype=torch.int32, device="cuda")
+    cu_kv = torch.zeros(batch + 1, dtype=torch.int32, device="cuda")
+    out = torch.empty_like(q)
+    workspace = splitkv.Workspace(64 << 20, "cuda")
+    options = dict(num_splits=3, max_q_len=max_q_len)
+
+    def step():
+        return splitkv.ragged_attention(q, k, v, cu_q, cu_kv, workspace, out=out,
+                                        return_lse=True, **options)
+
+    def cut(rng, total, limit):
+        """batch lengths summing to total, each <= limit."""
+        while True:
+            a, b = sorted(rng.sample(range(total + 1), 2))
+            lens = [a, b - a, total - b]
+            if max(lens) <= limit:
+                return lens
+
+    def new_inputs(rng):
+        for x in (q, k, v):
+            x.copy_(torch.randn(x.shape, device="cuda").to(dtype))
+        q_lens = cut(rng, total_q, max_q_len)
+        kv_lens = cut(rng, total_kv, total_kv)
+        cu_q.copy_(harness.cu_seqlens(q_lens, "cuda"))
+        cu_kv.copy_(harness.cu_seqlens(kv_lens, "cuda"))
+
+    rng = random.Random(12)
+    new_inputs(rng)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = step()  # replays write this captured lse tensor
+    worst = 0.0
+    for replay in range(100):
+        new_inputs(rng)
+        harness.fill_garbage(workspace)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert int(workspace.counter_region().count_nonzero()) == 0, f"replay {replay}"
+        expected, expected_lse = reference.ragged_attention(q, k, v, cu_q, cu_kv)
+        harness.assert_close(out, expected, dtype)
+        harness.assert_lse_close(lse, expected_lse)
+        worst = max(worst, _errors(out, expected)[0])
+    _record("graph", "ragged_prefill", replays=100, num_splits=3, max_abs_err=worst)

@@ -1,0 +1,227 @@
+"""The workspace contract (DESIGN.md): one workspace, zeroed once, serves every call.
+
+Counters live at bytes [0, 8 MiB) for paged and ragged calls alike and are zero after
+every call; the softmax and scratch regions may hold anything (NaN) at a call's start;
+results are bitwise the same on a reused and on a fresh workspace, and run after run.
+"""
+
+import threading
+
+import pytest
+import torch
+
+import harness
+import splitkv
+from harness import DEVICES
+
+_DTYPE = torch.bfloat16
+
+
+def _calls(device):
+    """Interleaved paged and ragged calls of different sizes and split counts."""
+    paged = lambda lens, **kw: harness.make_paged(lens, dtype=_DTYPE, device=device, **kw)
+    ragged = lambda q, kv, **kw: harness.make_ragged(q, kv, dtype=_DTYPE, device=device, **kw)
+    return [
+        (paged([700, 33, 1], page_size=16, group=4, seed=1), {"num_splits": 4}),
+        (ragged([40, 0, 9], [300, 12, 9], group=2, seed=2), {"num_splits": 3}),
+        (paged([5, 17, 64, 2], page_size=1, group=8, q_lens=[2, 3, 1, 2], seed=3),
+         {"num_splits": 7}),
+        (ragged([130], [600], group=1, head_dim=128, seed=4), {"num_splits": None}),
+        (paged([2048], page_size=64, group=8, head_dim=128, seed=5), {"num_splits": None}),
+        (ragged([3, 70, 1], [3, 500, 250], group=4, seed=6),
+         {"num_splits": 8, "window_left": 100, "logits_soft_cap": 2.0}),
+        (paged([90, 300], page_size=16, group=4, q_lens=[70, 4], seed=7), {"num_splits": 2}),
+        (ragged([5, 5], [5, 5], group=1, seed=8), {"num_splits": 1}),
+        (paged([1, 1, 1, 1, 1], page_size=16, group=2, seed=9), {"num_splits": 5}),
+        (ragged([256], [1024], group=8, head_dim=128, seed=10), {"num_splits": 6, "causal": False}),
+    ]
+
+
+def _run_checked(problem, workspace, options):
+    """One call on a poisoned workspace and output; checks the contract and the values."""
+    plan = problem.plan(workspace, **options)
+    harness.assert_plan_keeps_counter_region(plan)
+    assert plan.layout.required_bytes <= workspace.nbytes
+    if options.get("num_splits") is not None:
+        assert plan.num_splits == options["num_splits"]
+    harness.fill_garbage(workspace, float("nan"))
+    out = torch.full_like(problem.q, float("nan"))
+    out, lse = problem.run(workspace, out=out, return_lse=True, **options)
+    harness.assert_counter_region_zero(workspace)
+    assert not torch.isnan(out).any(), "an output element was not written"
+    assert not torch.isnan(lse).any()
+    expected, expected_lse = problem.reference(**options)
+    harness.assert_close(out, expected, _DTYPE)
+    harness.assert_lse_close(lse, expected_lse)
+    return plan, out, lse
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_workspace_serves_interleaved_calls(device):
+    harness.require(device)
+    workspace = splitkv.Workspace(48 << 20, device)
+    calls = _calls(device)
+    first = [_run_checked(problem, workspace, options) for problem, options in calls]
+    assert any(plan.num_splits > 1 for plan, _, _ in first)
+
+    # Again, in reverse order, with other garbage in the scratch: bitwise the same.
+    for (problem, options), (_, out, lse) in reversed(list(zip(calls, first))):
+        harness.fill_garbage(workspace, 3.0e38)
+        again, again_lse = problem.run(workspace, return_lse=True, **options)
+        harness.assert_bitwise_equal(again, out)
+        harness.assert_bitwise_equal(again_lse, lse)
+        harness.assert_counter_region_zero(workspace)
+
+    # And on fresh workspaces (all zero): bitwise the same as on the reused one.
+    for (problem, options), (_, out, lse) in zip(calls, first):
+        fresh = splitkv.Workspace(48 << 20, device)
+        fresh_out, fresh_lse = problem.run(fresh, return_lse=True, **options)
+        harness.assert_bitwise_equal(fresh_out, out)
+        harness.assert_bitwise_equal(fresh_lse, lse)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_counter_range_is_fixed_whatever_the_call(device):
+    harness.require(device)
+    workspace = splitkv.Workspace(48 << 20, device)
+    ranges = set()
+    for problem, options in _calls(device):
+        plan = problem.plan(workspace, **options)
+        ranges.add(plan.layout.regions()["counter"])
+        harness.assert_plan_keeps_counter_region(plan)
+    assert ranges == {(0, splitkv.COUNTER_REGION_BYTES)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_corrupted_counter_is_found(device):
+    harness.require(device)
+    workspace = splitkv.Workspace(16 << 20, device)
+    problem = harness.make_paged([300, 40], page_size=16, group=4, dtype=_DTYPE, device=device)
+    plan = problem.plan(workspace, num_splits=2)
+    tile = plan.num_tiles - 1
+    counters = workspace.counter_region().view(torch.int32)
+    counters[tile] = 7
+
+    with pytest.raises(ValueError, match=rf"check_counter_region: counter region not zero: "
+                       rf"expected all 2097152 counters 0, got 1 nonzero, the first at index "
+                       rf"{tile} \(byte {4 * tile}\) holding 7"):
+        workspace.check_counter_region()
+    with pytest.raises(ValueError, match="counter region not zero"):
+        splitkv.check_counter_region(workspace.tensor)  # a plain uint8 tensor works too
+
+    if device == "cpu":  # the CPU launcher checks the counters it will use; CUDA cannot
+        with pytest.raises(ValueError, match=rf"paged_attention: workspace counter region "
+                           rf"corrupted: expected counter {tile} \(bytes {4 * tile}\.\."
+                           rf"{4 * tile + 4}\) to be 0 at rest, got 7"):
+            problem.run(workspace, num_splits=2)
+        # Refused before any work: the corrupt counter is as it was, the others still 0.
+        assert int(counters[tile]) == 7 and int(counters.count_nonzero()) == 1
+
+    counters[tile] = 0
+    harness.assert_counter_region_zero(workspace)
+    out = problem.run(workspace, num_splits=2)
+    harness.assert_close(out, problem.reference()[0], _DTYPE)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_last_counter_is_checked(device):
+    harness.require(device, backend=False)
+    workspace = splitkv.Workspace(splitkv.COUNTER_REGION_BYTES, device)
+    workspace.counter_region().view(torch.int32)[-1] = 1
+    with pytest.raises(ValueError, match=r"the first at index 2097151 \(byte 8388604\)"):
+        workspace.check_counter_region()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_workspace_buffer_is_aligned_and_zeroed(device):
+    harness.require(device, backend=False)
+    for nbytes in (splitkv.COUNTER_REGION_BYTES, (9 << 20) + 1, 12345678):
+        workspace = splitkv.Workspace(nbytes, device)
+        assert workspace.nbytes == nbytes
+        assert workspace.tensor.numel() == nbytes and workspace.tensor.dtype == torch.uint8
+        assert workspace.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+        assert workspace.tensor.device.type == device
+        assert int(workspace.tensor.count_nonzero()) == 0
+        assert workspace.counter_region().numel() == splitkv.COUNTER_REGION_BYTES
+        assert repr(workspace) == f"Workspace(nbytes={nbytes}, device='{workspace.device}')"
+
+
+def test_workspace_rejects_bad_sizes():
+    with pytest.raises(ValueError, match=r"Workspace: nbytes too small: expected >= 8388608 "
+                       r"\(the counter region\), got 4096"):
+        splitkv.Workspace(4096)
+    with pytest.raises(TypeError, match=r"Workspace: nbytes has the wrong type: expected an int"):
+        splitkv.Workspace(1.5e7)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_user_buffer_is_accepted(device):
+    # A caller's own uint8 tensor (256-aligned, zeroed) works like a Workspace.
+    harness.require(device)
+    raw = torch.zeros((24 << 20) + 255, dtype=torch.uint8, device=device)
+    skip = -raw.data_ptr() % 256
+    buffer = raw[skip:skip + (24 << 20)]
+    problem = harness.make_ragged([30, 8], [200, 8], group=4, dtype=_DTYPE, device=device)
+    out, lse = problem.run(buffer, num_splits=4, return_lse=True)
+    expected, expected_lse = problem.reference()
+    harness.assert_close(out, expected, _DTYPE)
+    harness.assert_lse_close(lse, expected_lse)
+    splitkv.check_counter_region(buffer)
+
+
+def test_workspace_in_use_by_another_thread_is_refused():
+    workspace = splitkv.Workspace(16 << 20)
+    problem = harness.make_ragged([4], [40], dtype=_DTYPE)
+    entered, release = threading.Event(), threading.Event()
+
+    # Hold the workspace from another thread the way a running call does.
+    def hold():
+        with splitkv.workspace.exclusive("test", workspace):
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        entered.wait(10)
+        with pytest.raises(ValueError, match=r"ragged_attention: workspace in use: expected a "
+                           r"workspace no other call is using, got one that another thread is "
+                           r"using; use one Workspace per thread"):
+            problem.run(workspace)
+    finally:
+        release.set()
+        holder.join()
+    out = problem.run(workspace)  # free again
+    harness.assert_close(out, problem.reference()[0], _DTYPE)
+
+
+def test_threads_with_their_own_workspaces():
+    # The launchers release the GIL; calls from two threads, each with its own workspace,
+    # give the same bits as the same calls made one after the other.
+    problems = [harness.make_paged([900, 40], page_size=16, group=4, dtype=_DTYPE, seed=21),
+                harness.make_ragged([64, 3], [500, 3], group=2, dtype=_DTYPE, seed=22)]
+    serial = [p.run(splitkv.Workspace(16 << 20), num_splits=3) for p in problems]
+    results = [[] for _ in problems]
+    errors = []
+
+    def work(i):
+        try:
+            workspace = splitkv.Workspace(16 << 20)
+            for _ in range(5):
+                results[i].append(problems[i].run(workspace, num_splits=3))
+            harness.assert_counter_region_zero(workspace)
+        except Exception as error:  # re-raised in the test's thread below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(problems))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    for expected, got in zip(serial, results):
+        assert len(got) == 5
+        for out in got:
+            harness.assert_bitwise_equal(out, expected)
