@@ -1,0 +1,295 @@
+// Refused calls: every argument check the launchers make on the CPU backend throws the
+// right exception type with a message naming the operation, the argument and the value,
+// and leaves the counter region zero and the output untouched. Also: a corrupted counter is
+// detected before a split launch, and CheckCounterRegionZero reports the first bad counter.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cc/splitkv/errors.h"
+#include "cc/splitkv/launchers.h"
+#include "cc/splitkv/workspace_layout.h"
+#include "tests/cc/attention_problems.h"
+#include "tests/cc/test_check.h"
+#include "tests/cc/test_workspace.h"
+
+namespace {
+
+using splitkv::InvalidArgument;
+using splitkv::PagedAttentionParams;
+using splitkv::RaggedAttentionParams;
+using splitkv::UnsupportedError;
+using splitkv::WorkspaceError;
+using splitkv_test::PagedProblem;
+using splitkv_test::ProblemSpec;
+using splitkv_test::RaggedProblem;
+using splitkv_test::TestWorkspace;
+
+constexpr int64_t kWorkspaceBytes = splitkv::kCounterRegionBytes + (int64_t{2} << 20);
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+TestWorkspace& SharedWorkspace() {
+  static TestWorkspace* workspace = new TestWorkspace(kWorkspaceBytes);
+  return *workspace;
+}
+
+// Which exception a bad call must throw.
+enum class Kind { kInvalidArgument, kWorkspace, kUnsupported };
+
+// A valid small call (2 forced splits, so a launch that got through would use counters).
+ProblemSpec BaseSpec() {
+  ProblemSpec spec;
+  spec.num_qo_heads = 4;
+  spec.num_kv_heads = 2;
+  spec.head_dim = 16;
+  spec.kv_lens = {40, 97};
+  spec.q_lens = {3, 2};
+  spec.page_size = 16;
+  return spec;
+}
+
+template <typename Problem, typename Params>
+struct BadCall {
+  std::string name;
+  Kind kind;
+  std::function<void(Problem&, Params&)> mutate;
+  std::vector<std::string> substrings;  // besides "<op>: "
+};
+
+template <typename Problem, typename Params>
+void CheckRefused(const Problem& base, const char* op, const std::vector<BadCall<Problem, Params>>& calls,
+                  splitkv::SplitPlan (*launch)(const Params&)) {
+  TestWorkspace& ws = SharedWorkspace();
+  for (const auto& call : calls) {
+    Problem problem = base;
+    Params params = problem.Params(ws.data(), ws.bytes(), 2);
+    call.mutate(problem, params);
+    std::vector<std::string> wanted = call.substrings;
+    wanted.push_back(std::string(op) + ": ");
+    // Workspace-size messages say "need N bytes ..., got M" instead (STYLE.md's example).
+    if (call.kind != Kind::kWorkspace) wanted.push_back("expected");
+    const auto before = problem.out.bytes();
+    const std::string label = std::string(op) + " with bad " + call.name;
+    const auto run = [&] { launch(params); };
+    std::string message;
+    switch (call.kind) {
+      case Kind::kInvalidArgument:
+        message = splitkv_test::ExpectThrows<InvalidArgument>(__FILE__, __LINE__, label.c_str(), run, wanted);
+        break;
+      case Kind::kWorkspace:
+        message = splitkv_test::ExpectThrows<WorkspaceError>(__FILE__, __LINE__, label.c_str(), run, wanted);
+        break;
+      case Kind::kUnsupported:
+        message = splitkv_test::ExpectThrows<UnsupportedError>(__FILE__, __LINE__, label.c_str(), run, wanted);
+        break;
+    }
+    if (!message.empty() && message.rfind(std::string(op) + ": ", 0) != 0) {
+      splitkv_test::Fail(__FILE__, __LINE__, call.name + ": message should start with the op: got \"" + message + "\"");
+    }
+    if (ws.NonzeroCounters() != 0) {
+      splitkv_test::Fail(__FILE__, __LINE__, call.name + ": refused call left nonzero counters");
+      std::memset(ws.data(), 0, splitkv::kCounterRegionBytes);
+    }
+    if (problem.out.bytes() != before) splitkv_test::Fail(__FILE__, __LINE__, call.name + ": refused call wrote out");
+  }
+}
+
+// Checks every caller-visible option and workspace argument of either op.
+template <typename Problem, typename Params>
+std::vector<BadCall<Problem, Params>> CommonBadCalls() {
+  using P = Params;
+  using B = BadCall<Problem, Params>;
+  const auto ws_data = [](P& p) { return static_cast<unsigned char*>(p.workspace.data); };
+  return {
+      B{"dtype", Kind::kInvalidArgument, [](Problem&, P& p) { p.dtype = static_cast<splitkv::DType>(7); }, {"dtype", "got 7"}},
+      B{"backend", Kind::kInvalidArgument, [](Problem&, P& p) { p.backend = static_cast<splitkv::Backend>(9); },
+        {"backend", "got 9"}},
+      B{"cuda", Kind::kUnsupported, [](Problem&, P& p) { p.backend = splitkv::Backend::kCuda; },
+        {"backend cuda", "not in this build"}},
+      B{"num_qo_heads", Kind::kInvalidArgument, [](Problem&, P& p) { p.num_qo_heads = 0; }, {"num_qo_heads", "got 0"}},
+      B{"num_kv_heads", Kind::kInvalidArgument, [](Problem&, P& p) { p.num_kv_heads = 0; }, {"num_kv_heads", "got 0"}},
+      B{"group", Kind::kInvalidArgument, [](Problem&, P& p) { p.num_qo_heads = 5; },
+        {"num_qo_heads is not a multiple of num_kv_heads", "got 5"}},
+      B{"head_dim 0", Kind::kInvalidArgument, [](Problem&, P& p) { p.head_dim = 0; }, {"head_dim", "got 0"}},
+      B{"head_dim big", Kind::kInvalidArgument, [](Problem&, P& p) { p.head_dim = 1025; }, {"head_dim", "got 1025"}},
+      B{"window_left", Kind::kInvalidArgument, [](Problem&, P& p) { p.options.window_left = -2; },
+        {"window_left", "got -2"}},
+      B{"soft cap negative", Kind::kInvalidArgument, [](Problem&, P& p) { p.options.logits_soft_cap = -1.0f; },
+        {"logits_soft_cap", "got -1"}},
+      B{"soft cap nan", Kind::kInvalidArgument, [](Problem&, P& p) { p.options.logits_soft_cap = kNaN; },
+        {"logits_soft_cap", "nan"}},
+      B{"soft cap inf", Kind::kInvalidArgument, [](Problem&, P& p) { p.options.logits_soft_cap = kInf; },
+        {"logits_soft_cap", "inf"}},
+      B{"sm_scale nan", Kind::kInvalidArgument, [](Problem&, P& p) { p.options.sm_scale = kNaN; }, {"sm_scale", "nan"}},
+      B{"sm_scale inf", Kind::kInvalidArgument, [](Problem&, P& p) { p.options.sm_scale = -kInf; }, {"sm_scale", "inf"}},
+      B{"num_splits", Kind::kInvalidArgument, [](Problem&, P& p) { p.options.num_splits = -1; },
+        {"num_splits", "got -1"}},
+      B{"workspace null", Kind::kInvalidArgument, [](Problem&, P& p) { p.workspace.data = nullptr; },
+        {"workspace is null"}},
+      B{"workspace misaligned", Kind::kWorkspace,
+        [ws_data](Problem&, P& p) {
+          p.workspace.data = ws_data(p) + 16;
+          p.workspace.bytes -= 16;
+        },
+        {"workspace misaligned", "256", "= 16"}},
+      B{"workspace below counters", Kind::kWorkspace,
+        [](Problem&, P& p) { p.workspace.bytes = splitkv::kCounterRegionBytes - 1; },
+        {"workspace too small", std::to_string(splitkv::kCounterRegionBytes), "got 8388607"}},
+      B{"forced splits too big", Kind::kWorkspace,
+        [](Problem&, P& p) {
+          p.options.num_splits = 64;
+          p.workspace.bytes = splitkv::kCounterRegionBytes + 256;
+        },
+        {"workspace too small", "num_splits=64", "got 8388864"}},
+  };
+}
+
+TEST(PagedBadArgumentsAreRefused) {
+  using B = BadCall<PagedProblem, PagedAttentionParams>;
+  const PagedProblem base = splitkv_test::MakePagedProblem(BaseSpec());
+  std::vector<B> calls = CommonBadCalls<PagedProblem, PagedAttentionParams>();
+  const std::string capacity = std::to_string(base.max_pages_per_seq * base.spec.page_size);
+  const std::vector<B> paged = {
+      B{"batch_size", Kind::kInvalidArgument, [](auto&, auto& p) { p.batch_size = -1; }, {"batch_size", "got -1"}},
+      B{"total_q", Kind::kInvalidArgument, [](auto&, auto& p) { p.total_q = -1; }, {"total_q", "got -1"}},
+      B{"num_pages", Kind::kInvalidArgument, [](auto&, auto& p) { p.num_pages = 0; }, {"num_pages", "got 0"}},
+      B{"page_size", Kind::kInvalidArgument, [](auto&, auto& p) { p.page_size = 0; }, {"page_size", "got 0"}},
+      B{"max_pages_per_seq", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_pages_per_seq = 0; },
+        {"max_pages_per_seq", "got 0"}},
+      B{"block_tables_stride", Kind::kInvalidArgument,
+        [](auto&, auto& p) { p.block_tables_stride = p.max_pages_per_seq - 1; }, {"block_tables_stride", ">= "}},
+      B{"max_q_len", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_q_len = 0; }, {"max_q_len", "got 0"}},
+      B{"max_kv_len", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_kv_len = -1; }, {"max_kv_len", "got -1"}},
+      B{"decode total_q", Kind::kInvalidArgument, [](auto&, auto& p) { p.cu_seqlens_q = nullptr; },
+        {"total_q mismatch", "batch_size", "got 5"}},
+      B{"q stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.q_stride_token = -1; }, {"q strides", "-1"}},
+      B{"out stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.out_stride_head = -1; }, {"out strides", "-1"}},
+      B{"k_cache stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.k_stride_page = -1; },
+        {"k_cache strides", "-1"}},
+      B{"v_cache stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.v_stride_head = -1; },
+        {"v_cache strides", "-1"}},
+      B{"slot stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.v_stride_slot = -1; }, {"slot", "-1"}},
+      B{"q null", Kind::kInvalidArgument, [](auto&, auto& p) { p.q = nullptr; }, {"q is null"}},
+      B{"out null", Kind::kInvalidArgument, [](auto&, auto& p) { p.out = nullptr; }, {"out is null"}},
+      B{"k_cache null", Kind::kInvalidArgument, [](auto&, auto& p) { p.k_cache = nullptr; }, {"k_cache is null"}},
+      B{"v_cache null", Kind::kInvalidArgument, [](auto&, auto& p) { p.v_cache = nullptr; }, {"v_cache is null"}},
+      B{"block_tables null", Kind::kInvalidArgument, [](auto&, auto& p) { p.block_tables = nullptr; },
+        {"block_tables is null"}},
+      B{"seq_lens null", Kind::kInvalidArgument, [](auto&, auto& p) { p.seq_lens = nullptr; }, {"seq_lens is null"}},
+      B{"cu_seqlens_q[0]", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_q[0] = 1; },
+        {"cu_seqlens_q[0]", "got 1"}},
+      B{"cu_seqlens_q decreasing", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_q[1] = 6; },
+        {"cu_seqlens_q decreases at index 2", "got 5"}},
+      B{"cu_seqlens_q end", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_q[2] = 4; },
+        {"cu_seqlens_q[batch_size] does not match total_q", "expected 5", "got 4"}},
+      B{"max_q_len short", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_q_len = 2; },
+        {"max_q_len is below the longest query", ">= 3", "got 2"}},
+      B{"seq_lens negative", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.seq_lens[1] = -1; },
+        {"seq_lens[1]", "out of range", "got -1"}},
+      B{"seq_lens too long", Kind::kInvalidArgument, [capacity](auto& pr, auto&) { pr.seq_lens[0] = std::stoi(capacity) + 1; },
+        {"seq_lens[0]", "[0, " + capacity + "]", "got " + std::to_string(std::stoi(capacity) + 1)}},
+      B{"page id too big", Kind::kInvalidArgument,
+        [](auto& pr, auto&) { pr.block_tables[1 * pr.block_tables_stride + 6] = static_cast<int32_t>(pr.num_pages); },
+        {"block_tables[1][6]", "page id", "got " + std::to_string(base.num_pages)}},
+      B{"page id negative", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.block_tables[0] = -1; },
+        {"block_tables[0][0]", "got -1"}},
+  };
+  calls.insert(calls.end(), paged.begin(), paged.end());
+  CheckRefused<PagedProblem, PagedAttentionParams>(base, "paged_attention", calls, &splitkv::LaunchPagedAttention);
+}
+
+TEST(RaggedBadArgumentsAreRefused) {
+  using B = BadCall<RaggedProblem, RaggedAttentionParams>;
+  const RaggedProblem base = splitkv_test::MakeRaggedProblem(BaseSpec());
+  std::vector<B> calls = CommonBadCalls<RaggedProblem, RaggedAttentionParams>();
+  const std::vector<B> ragged = {
+      B{"batch_size", Kind::kInvalidArgument, [](auto&, auto& p) { p.batch_size = -1; }, {"batch_size", "got -1"}},
+      B{"total_q", Kind::kInvalidArgument, [](auto&, auto& p) { p.total_q = -1; }, {"total_q", "got -1"}},
+      B{"total_kv", Kind::kInvalidArgument, [](auto&, auto& p) { p.total_kv = -1; }, {"total_kv", "got -1"}},
+      B{"max_q_len", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_q_len = -1; }, {"max_q_len", "got -1"}},
+      B{"max_kv_len", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_kv_len = -1; }, {"max_kv_len", "got -1"}},
+      B{"q stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.q_stride_head = -1; }, {"q strides", "-1"}},
+      B{"k stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.k_stride_token = -1; }, {"k strides", "-1"}},
+      B{"v stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.v_stride_head = -1; }, {"v strides", "-1"}},
+      B{"out stride", Kind::kInvalidArgument, [](auto&, auto& p) { p.out_stride_token = -1; }, {"out strides", "-1"}},
+      B{"cu_seqlens_q null", Kind::kInvalidArgument, [](auto&, auto& p) { p.cu_seqlens_q = nullptr; },
+        {"cu_seqlens_q is null"}},
+      B{"cu_seqlens_kv null", Kind::kInvalidArgument, [](auto&, auto& p) { p.cu_seqlens_kv = nullptr; },
+        {"cu_seqlens_kv is null"}},
+      B{"q null", Kind::kInvalidArgument, [](auto&, auto& p) { p.q = nullptr; }, {"q is null"}},
+      B{"out null", Kind::kInvalidArgument, [](auto&, auto& p) { p.out = nullptr; }, {"out is null"}},
+      B{"k null", Kind::kInvalidArgument, [](auto&, auto& p) { p.k = nullptr; }, {"k is null"}},
+      B{"v null", Kind::kInvalidArgument, [](auto&, auto& p) { p.v = nullptr; }, {"v is null"}},
+      B{"cu_seqlens_q[0]", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_q[0] = 2; },
+        {"cu_seqlens_q[0]", "got 2"}},
+      B{"cu_seqlens_kv decreasing", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_kv[1] = 140; },
+        {"cu_seqlens_kv decreases at index 2", "got 137"}},
+      B{"cu_seqlens_kv end", Kind::kInvalidArgument, [](auto&, auto& p) { p.total_kv = 136; },
+        {"cu_seqlens_kv[batch_size] does not match total_kv", "expected 136", "got 137"}},
+      B{"cu_seqlens_q end", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_q[2] = 6; },
+        {"cu_seqlens_q[batch_size] does not match total_q", "expected 5", "got 6"}},
+      B{"max_q_len short", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_q_len = 2; },
+        {"max_q_len is below the longest query", ">= 3", "got 2"}},
+  };
+  calls.insert(calls.end(), ragged.begin(), ragged.end());
+  CheckRefused<RaggedProblem, RaggedAttentionParams>(base, "ragged_attention", calls, &splitkv::LaunchRaggedAttention);
+}
+
+// A nonzero counter that a split launch would use: refused before any task runs.
+TEST(CorruptedCounterIsDetected) {
+  TestWorkspace ws(kWorkspaceBytes);
+  PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
+  const auto params = paged.Params(ws.data(), ws.bytes(), 2);
+  const int64_t tiles = splitkv::PlanPagedAttention(params).num_tiles;
+  for (int64_t index : {int64_t{0}, tiles - 1}) {
+    ws.counters()[index] = 3;
+    const auto before = paged.out.bytes();
+    EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(params), "paged_attention: ",
+                  "counter region corrupted", "counter " + std::to_string(index), "got 3",
+                  "bytes " + std::to_string(index * 4) + ".." + std::to_string(index * 4 + 4));
+    EXPECT_EQ(3u, ws.counters()[index]);  // refused: nothing touched, the counter included
+    EXPECT_TRUE(paged.out.bytes() == before);
+    ws.counters()[index] = 0;
+  }
+  RaggedProblem ragged = splitkv_test::MakeRaggedProblem(BaseSpec());
+  ws.counters()[1] = 1;
+  EXPECT_THROWS(WorkspaceError, splitkv::LaunchRaggedAttention(ragged.Params(ws.data(), ws.bytes(), 2)),
+                "ragged_attention: ", "counter region corrupted", "counter 1");
+  ws.counters()[1] = 0;
+  // Once repaired, the same calls run and leave the region zero.
+  splitkv::LaunchPagedAttention(params);
+  splitkv::LaunchRaggedAttention(ragged.Params(ws.data(), ws.bytes(), 2));
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+}
+
+TEST(OneSplitLaunchesNeitherReadNorWriteCounters) {
+  TestWorkspace ws(kWorkspaceBytes);
+  PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
+  ws.counters()[0] = 5;
+  EXPECT_EQ(int64_t{1}, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 1)).num_splits);
+  EXPECT_EQ(5u, ws.counters()[0]);
+  EXPECT_EQ(int64_t{1}, ws.NonzeroCounters());
+}
+
+TEST(CheckCounterRegionZeroNamesTheFirstNonzeroCounter) {
+  TestWorkspace ws(splitkv::kCounterRegionBytes);
+  splitkv::CheckCounterRegionZero(ws.data(), ws.bytes());
+  splitkv_test::Pass();
+  const int64_t last = splitkv::kMaxCounters - 1;
+  ws.counters()[last] = 9;
+  ws.counters()[12345] = 1;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckCounterRegionZero(ws.data(), ws.bytes()), "counter region not zero",
+                "got 2 nonzero", "index 12345", "byte " + std::to_string(12345 * 4), "holding 1");
+  ws.counters()[12345] = 0;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckCounterRegionZero(ws.data(), ws.bytes()), "got 1 nonzero",
+                "index " + std::to_string(last), "byte " + std::to_string(last * 4), "holding 9");
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckCounterRegionZero(ws.data(), 1024), "too small", "got 1024");
+}
+
+}  // namespace
+
+int main() { return splitkv_test::RunAllTests(); }

@@ -1,0 +1,260 @@
+// The split planner: the num_splits heuristic, fitting a plan to the caller's workspace,
+// the errors when it cannot, and how SplitKeyRange cuts a tile's keys.
+#include "cc/splitkv/split_plan.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cc/splitkv/errors.h"
+#include "cc/splitkv/workspace_layout.h"
+#include "tests/cc/test_check.h"
+
+namespace {
+
+using splitkv::kCounterRegionBytes;
+using splitkv::kMaxCounters;
+using splitkv::LayoutShape;
+using splitkv::NumSplitsHeuristic;
+using splitkv::PlanSplits;
+using splitkv::RequiredWorkspaceBytes;
+using splitkv::SplitPlan;
+using splitkv::SplitPlanRequest;
+using splitkv::WorkspaceError;
+
+// Fraction of the last wave's workers that have work with s splits.
+double WaveEfficiency(int64_t tiles, int64_t workers, int64_t s) {
+  const double waves = static_cast<double>(tiles * s) / static_cast<double>(workers);
+  return waves / std::ceil(waves);
+}
+
+// Batch 1 decode over 32k keys, 8 kv heads, on 132 workers: the heuristic splits.
+SplitPlanRequest LongDecodeRequest() {
+  SplitPlanRequest r;
+  r.op = "test_op";
+  r.layout_shape = LayoutShape{1, 32, 128};
+  r.batch_size = 1;
+  r.num_kv_heads = 8;
+  r.max_q_tiles = 1;
+  r.max_kv_len = 32768;
+  r.num_workers = 132;
+  r.workspace_bytes = int64_t{1} << 32;
+  return r;
+}
+
+TEST(HeuristicIsOneWhenTilesFillTheWorkers) {
+  for (int64_t workers : {1, 8, 16, 132}) {
+    for (int64_t tiles = (workers * 8 + 9) / 10; tiles <= 4 * workers; ++tiles) {
+      EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(tiles, workers, 1 << 20, 256, 64));
+    }
+  }
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(0, 132, 1 << 20, 256, 64));
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 0, 1 << 20, 256, 64));
+}
+
+TEST(HeuristicSplitsBatchOneLongKv) {
+  const int64_t s = NumSplitsHeuristic(8, 132, 32768, 256, 64);
+  EXPECT_GT(s, int64_t{1});
+  // Its last wave is nearly full: 8 x s tiles on 132 workers.
+  EXPECT_GE(WaveEfficiency(8, 132, s), 0.85);
+  EXPECT_GT(NumSplitsHeuristic(2, 16, 2048, 256, 64), int64_t{1});
+  EXPECT_GT(NumSplitsHeuristic(1, 8, 4096, 256, 64), int64_t{1});
+}
+
+TEST(HeuristicNeverExceedsItsLimits) {
+  int64_t checked = 0, bad = 0;
+  for (int64_t tiles = 1; tiles <= 40; ++tiles) {
+    for (int64_t workers : {1, 8, 16, 132, 264}) {
+      for (int64_t kv : {0, 100, 255, 256, 1000, 5000, 100000}) {
+        for (int64_t min_keys : {64, 256}) {
+          for (int64_t max_splits : {1, 4, 64}) {
+            const int64_t s = NumSplitsHeuristic(tiles, workers, kv, min_keys, max_splits);
+            const int64_t by_keys = kv / min_keys > 1 ? kv / min_keys : 1;
+            ++checked;
+            if (s < 1 || s > max_splits || s > by_keys) {
+              ++bad;
+              EXPECT_LE(s, max_splits);
+              EXPECT_LE(s, by_keys);
+              EXPECT_GE(s, int64_t{1});
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(int64_t{0}, bad);
+  EXPECT_GT(checked, int64_t{0});
+  // Fewer keys than one split's minimum: never split.
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(1, 132, 255, 256, 64));
+}
+
+TEST(PlanUsesTheHeuristicWhenTheWorkspaceHoldsIt) {
+  const SplitPlanRequest r = LongDecodeRequest();
+  const SplitPlan plan = PlanSplits(r);
+  EXPECT_EQ(NumSplitsHeuristic(8, 132, 32768, 256, 64), plan.num_splits);
+  EXPECT_EQ(int64_t{8}, plan.num_tiles);
+  EXPECT_EQ(int64_t{1}, plan.max_q_tiles);
+  const auto expected = splitkv::ComputeWorkspaceLayout(r.layout_shape, plan.num_splits);
+  EXPECT_EQ(expected.required_bytes, plan.layout.required_bytes);
+  EXPECT_EQ(expected.softmax_offset, plan.layout.softmax_offset);
+  EXPECT_EQ(expected.scratch_offset, plan.layout.scratch_offset);
+}
+
+TEST(PlanLowersNumSplitsToFitTheWorkspace) {
+  SplitPlanRequest r = LongDecodeRequest();
+  const int64_t wanted = PlanSplits(r).num_splits;
+  EXPECT_GT(wanted, int64_t{5});
+  for (int64_t fits = 2; fits < wanted; ++fits) {
+    r.workspace_bytes = RequiredWorkspaceBytes(r.layout_shape, fits) + 100;  // short of fits + 1
+    const SplitPlan plan = PlanSplits(r);
+    EXPECT_EQ(fits, plan.num_splits);
+    EXPECT_LE(plan.layout.required_bytes, r.workspace_bytes);
+  }
+}
+
+TEST(PlanLowersToOneWhenOnlyTheCounterRegionFits) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.workspace_bytes = kCounterRegionBytes;
+  const SplitPlan plan = PlanSplits(r);
+  EXPECT_EQ(int64_t{1}, plan.num_splits);
+  EXPECT_EQ(kCounterRegionBytes, plan.layout.required_bytes);
+  r.workspace_bytes = RequiredWorkspaceBytes(r.layout_shape, 2) - 1;
+  EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
+}
+
+TEST(ForcedNumSplitsThatDoesNotFitIsRefused) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.forced_num_splits = 8;
+  const int64_t need = RequiredWorkspaceBytes(r.layout_shape, 8);
+  r.workspace_bytes = need - 1;
+  const std::string message =
+      EXPECT_THROWS(WorkspaceError, PlanSplits(r), "test_op: workspace too small", "need " + std::to_string(need) + " bytes",
+                    "num_splits=8", "got " + std::to_string(need - 1));
+  EXPECT_TRUE(message.rfind("test_op: ", 0) == 0);
+  // Exactly enough is accepted, and a forced count is used as given (even above the heuristic's).
+  r.workspace_bytes = need;
+  EXPECT_EQ(int64_t{8}, PlanSplits(r).num_splits);
+  r.forced_num_splits = 200;
+  r.workspace_bytes = int64_t{1} << 40;
+  EXPECT_EQ(int64_t{200}, PlanSplits(r).num_splits);
+  // Forced 1 needs only the counter region.
+  r.forced_num_splits = 1;
+  r.workspace_bytes = kCounterRegionBytes;
+  EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
+}
+
+TEST(WorkspaceBelowTheCounterRegionIsRefused) {
+  SplitPlanRequest r = LongDecodeRequest();
+  for (int64_t bytes : {int64_t{0}, int64_t{256}, kCounterRegionBytes - 1}) {
+    for (int64_t forced : {0, 1, 4}) {
+      r.workspace_bytes = bytes;
+      r.forced_num_splits = forced;
+      EXPECT_THROWS(WorkspaceError, PlanSplits(r), "test_op: workspace too small",
+                    std::to_string(kCounterRegionBytes), "got " + std::to_string(bytes));
+    }
+  }
+}
+
+TEST(TooManyTilesForTheCounterRegion) {
+  SplitPlanRequest r;
+  r.op = "test_op";
+  r.layout_shape = LayoutShape{kMaxCounters + 1, 1, 1};
+  r.batch_size = kMaxCounters + 1;
+  r.num_kv_heads = 1;
+  r.max_kv_len = 1 << 20;
+  r.workspace_bytes = int64_t{1} << 40;
+  r.forced_num_splits = 2;
+  EXPECT_THROWS(WorkspaceError, PlanSplits(r), "test_op: too many work tiles for the counter region",
+                "need " + std::to_string(kMaxCounters + 1) + " counters", "holds " + std::to_string(kMaxCounters));
+  // Exactly as many tiles as counters is fine.
+  r.batch_size = kMaxCounters;
+  r.layout_shape.total_q = kMaxCounters;
+  EXPECT_EQ(int64_t{2}, PlanSplits(r).num_splits);
+  // Tiles x q tiles count too: 2^20 requests x 2 kv heads x 2 q tiles > 2^21.
+  r.batch_size = int64_t{1} << 20;
+  r.num_kv_heads = 2;
+  r.max_q_tiles = 2;
+  EXPECT_THROWS(WorkspaceError, PlanSplits(r), "too many work tiles", std::to_string(int64_t{1} << 22));
+  // Chosen (not forced): lowered to 1, which needs no counters, even with idle workers.
+  r.forced_num_splits = 0;
+  r.num_workers = int64_t{1} << 40;
+  EXPECT_GT(NumSplitsHeuristic(int64_t{1} << 22, r.num_workers, r.max_kv_len, 256, 64), int64_t{1});
+  EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
+}
+
+TEST(MaxQTilesBelowOneCountsAsOne) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.max_q_tiles = 0;
+  const SplitPlan plan = PlanSplits(r);
+  EXPECT_EQ(int64_t{1}, plan.max_q_tiles);
+  EXPECT_EQ(int64_t{8}, plan.num_tiles);
+}
+
+// Checks that splits 0..n-1 of [lo, hi) tile it in order, exactly once, in chunks that are
+// a multiple of granularity (all but the last nonempty one), with empty splits only at the end.
+void CheckCover(int64_t lo, int64_t hi, int64_t n, int64_t g, int64_t* bad) {
+  int64_t cursor = lo;
+  bool seen_empty = false, seen_short = false;
+  const int64_t per_split = hi > lo ? (hi - lo + n - 1) / n : 0;
+  const int64_t chunk = (per_split + g - 1) / g * g;
+  for (int64_t i = 0; i < n; ++i) {
+    const splitkv::KeyRange k = splitkv::SplitKeyRange(lo, hi, n, i, g);
+    const int64_t size = k.end - k.begin;
+    bool ok = k.begin == cursor && size >= 0 && k.end <= (hi > lo ? hi : lo);
+    if (size == 0) {
+      seen_empty = true;
+    } else {
+      ok &= !seen_empty && !seen_short && size <= chunk;
+      if (size % g != 0) seen_short = true;  // only the last nonempty may be short
+      ok &= (k.begin - lo) % g == 0;
+    }
+    if (!ok) {
+      if (*bad < 5) {
+        splitkv_test::Fail(__FILE__, __LINE__,
+                           "SplitKeyRange(" + std::to_string(lo) + ", " + std::to_string(hi) + ", " + std::to_string(n) +
+                               ", " + std::to_string(i) + ", " + std::to_string(g) + ") = [" + std::to_string(k.begin) +
+                               ", " + std::to_string(k.end) + "), expected to start at " + std::to_string(cursor));
+      }
+      ++*bad;
+    }
+    cursor = k.end;
+  }
+  if (cursor != (hi > lo ? hi : lo)) ++*bad;
+}
+
+TEST(SplitKeyRangeCoversEveryKeyOnce) {
+  int64_t bad = 0, cases = 0;
+  for (int64_t lo : {0, 5, 100}) {
+    for (int64_t len : {0, 1, 2, 15, 16, 17, 63, 64, 65, 97, 1000, 4099}) {
+      for (int64_t n = 1; n <= 70; ++n) {
+        for (int64_t g : {1, 16, 64}) {
+          CheckCover(lo, lo + len, n, g, &bad);
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(int64_t{0}, bad);
+  EXPECT_GT(cases, int64_t{0});
+}
+
+TEST(SplitKeyRangeLeavesTrailingSplitsEmpty) {
+  // 97 keys in chunks of 64 over 4 splits: [0, 64), [64, 97), then two empty splits.
+  const int64_t expected[4][2] = {{0, 64}, {64, 97}, {97, 97}, {97, 97}};
+  for (int64_t i = 0; i < 4; ++i) {
+    const splitkv::KeyRange k = splitkv::SplitKeyRange(0, 97, 4, i, 64);
+    EXPECT_EQ(expected[i][0], k.begin);
+    EXPECT_EQ(expected[i][1], k.end);
+  }
+  // An empty (or inverted) key range gives empty splits at lo.
+  for (int64_t i = 0; i < 3; ++i) {
+    const splitkv::KeyRange k = splitkv::SplitKeyRange(10, 4, 3, i, 16);
+    EXPECT_EQ(int64_t{10}, k.begin);
+    EXPECT_EQ(int64_t{10}, k.end);
+  }
+}
+
+}  // namespace
+
+int main() { return splitkv_test::RunAllTests(); }
