@@ -1,0 +1,379 @@
+// The attention kernel shared by paged and ragged calls: one CTA runs one split of one work
+// tile (request, kv head, q tile). Its query rows pack (tokens x the group's qo heads) into
+// the mma M dimension; K/V blocks stream through shared memory in a multi-stage cp.async
+// pipeline; S = Q K^T and O += P V run on mma.sync m16n8k16 with an fp32 online softmax.
+// Masking (causal aligned to the end of the KV, sliding window, the split's key range) is
+// applied to S; key rows outside the split's range are zero-filled in shared memory, so
+// bytes past seq_len or in a page's tail never reach a result, NaN or not. (A key inside the
+// tile's range is visible to some row of the tile; were its V row NaN, the rows that mask it
+// would still see 0 * NaN in P V, as in any mma-based kernel.)
+#ifndef SPLITKV_CUDA_ATTENTION_KERNEL_CUH_
+#define SPLITKV_CUDA_ATTENTION_KERNEL_CUH_
+
+#include <cstdint>
+
+#include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/ptx.cuh"
+#include "cc/splitkv/cuda/split_merge.cuh"
+#include "cc/splitkv/cuda/tile_config.h"
+#include "cc/splitkv/split_plan.h"
+#include "cc/splitkv/workspace_layout.h"
+
+namespace splitkv::cuda {
+
+// Compile-time shape of a CTA: kWarpsM warps of 16 rows; the other 4 / kWarpsM warps per
+// row block split each kBlockN-key block between them (decode tiles) and merge at the end.
+// kStages K/V blocks live in shared memory: kStages - 1 are in flight while one is used.
+template <int kHeadDim_, int kWarpsM_, int kBlockN_, int kStages_>
+struct KernelShape {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kWarpsM = kWarpsM_;
+  static constexpr int kWarpsN = kThreads / 32 / kWarpsM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kRows = 16 * kWarpsM;
+  static constexpr int kKeysPerWarp = kBlockN / kWarpsN;
+  static_assert(kKeysPerWarp % 16 == 0, "a warp's keys must be whole k-steps of 16");
+  static_assert(kHeadDim % 32 == 0, "head_dim must be a multiple of 32");
+  static constexpr int kDTiles = kHeadDim / 8;   // n-tiles of O (8 columns each)
+  static constexpr int kKSteps = kHeadDim / 16;  // k-steps of Q K^T
+  static constexpr int kSTiles = kKeysPerWarp / 8;
+  static constexpr int kStages = kStages_;
+  static_assert(kStages >= 2, "the pipeline needs a block in flight");
+  static constexpr int kQElems = kRows * kHeadDim;
+  static constexpr int kKvElems = kBlockN * kHeadDim;
+  static constexpr int kOStride = kHeadDim + 8;  // floats; the pad spreads rows over banks
+  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{2} * kStages * kKvElems) * 2;
+  static constexpr size_t kEpilogueBytes = (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4;
+  static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
+};
+
+// Element offset of (row, col) in a [rows][kHeadDim] shared tile whose 16-byte chunks are
+// XOR-swizzled by row, so ldmatrix's 8 row addresses hit 8 different bank groups.
+template <int kHeadDim>
+__device__ __forceinline__ int SwizzledOffset(int row, int col) {
+  return row * kHeadDim + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+// One 16-byte chunk from global to shared memory: cp.async when `vec`, else element loads.
+template <typename T>
+__device__ __forceinline__ void CopyChunk(T* dst, const T* src, bool vec) {
+  if (vec) {
+    CpAsync16(dst, src, 16);
+  } else {
+    const auto* s = reinterpret_cast<const uint16_t*>(src);
+    uint32_t w[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[e] = uint32_t{s[2 * e]} | (uint32_t{s[2 * e + 1]} << 16);
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void ZeroChunk(T* dst) {
+  *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+}
+
+// Copies kRows rows of kHeadDim elements into a swizzled shared tile; row_ptr(r) gives the
+// global row or nullptr (the row becomes zeros).
+template <typename T, int kHeadDim, int kRows, typename RowPtr>
+__device__ __forceinline__ void LoadRows(T* smem, const RowPtr& row_ptr, bool vec) {
+  constexpr int kChunks = kHeadDim / 8;
+  constexpr int kStep = kThreads / kChunks;
+  static_assert(kRows % kStep == 0, "rows must split evenly over the CTA");
+  const int c = threadIdx.x % kChunks;
+#pragma unroll 4
+  for (int i = 0; i < kRows / kStep; ++i) {
+    const int r = threadIdx.x / kChunks + i * kStep;
+    const T* src = row_ptr(r);
+    T* dst = smem + SwizzledOffset<kHeadDim>(r, c * 8);
+    if (src == nullptr) {
+      ZeroChunk(dst);
+    } else {
+      CopyChunk(dst, src + c * 8, vec);
+    }
+  }
+}
+
+// Keys j0 .. j0 + kRows - 1 into the K and V tiles; keys at or past key_end become zeros, so
+// nothing outside the split's range (a page tail, a page past seq_len) can reach a result.
+// K and V of one key share one page-table lookup. The loop is unrolled only partly: full
+// unrolling of 16+ rows held every row's addresses in registers and spilled.
+template <typename T, int kHeadDim, int kRows, typename KvSource>
+__device__ __forceinline__ void LoadKvBlock(T* s_k, T* s_v, const KvSource& kv, int j0, int key_end, bool vec) {
+  constexpr int kChunks = kHeadDim / 8;
+  constexpr int kStep = kThreads / kChunks;
+  static_assert(kRows % kStep == 0, "rows must split evenly over the CTA");
+  const int c = threadIdx.x % kChunks;
+#pragma unroll 4
+  for (int i = 0; i < kRows / kStep; ++i) {
+    const int r = threadIdx.x / kChunks + i * kStep;
+    const int offset = SwizzledOffset<kHeadDim>(r, c * 8);
+    if (j0 + r < key_end) {
+      const T* key;
+      const T* value;
+      kv.Rows(j0 + r, key, value);
+      CopyChunk(s_k + offset, key + c * 8, vec);
+      CopyChunk(s_v + offset, value + c * 8, vec);
+    } else {
+      ZeroChunk(s_k + offset);
+      ZeroChunk(s_v + offset);
+    }
+  }
+}
+
+// Keys [lo, hi) that query index i of a request (q_len queries, kv_len keys) sees: the
+// semantics of DESIGN.md, as the CPU backend computes them.
+__device__ __forceinline__ void VisibleKeys(const AttentionKernelParams& p, int q_len, int kv_len, int i, int& lo,
+                                            int& hi) {
+  const int pos = kv_len - q_len + i;
+  hi = p.causal ? min(kv_len, pos + 1) : kv_len;
+  lo = p.window_left >= 0 ? static_cast<int>(max(int64_t{0}, int64_t{pos} - p.window_left)) : 0;
+  if (hi < lo) hi = lo;
+}
+
+template <typename T, class Shape, template <typename> class KvSourceT>
+__global__ void __launch_bounds__(kThreads)
+    AttentionKernel(const AttentionKernelParams p, const typename KvSourceT<T>::Params kv_params) {
+  using S = Shape;
+  constexpr int D = S::kHeadDim;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* const s_q = reinterpret_cast<T*>(smem);
+  T* const s_kv = s_q + S::kQElems;  // stage st: K at 2 * st * kKvElems, V right after
+
+  // blockIdx.x walks (request, kv head, q tile) with q tiles last-first: under causal masking
+  // the last tiles see the most keys, and starting them first shortens the tail.
+  const int tile = blockIdx.x;
+  const int split_idx = blockIdx.y;
+  const int q_tile = p.max_q_tiles - 1 - tile % p.max_q_tiles;
+  const int kv_head = tile / p.max_q_tiles % p.num_kv_heads;
+  const int request = tile / p.max_q_tiles / p.num_kv_heads;
+
+  int q_begin = request, q_len = 1;
+  if (p.cu_seqlens_q != nullptr) {
+    q_begin = __ldg(p.cu_seqlens_q + request);
+    q_len = __ldg(p.cu_seqlens_q + request + 1) - q_begin;
+  }
+  const int first = q_tile * p.q_tile_tokens;
+  if (first >= q_len) return;  // past this request's queries: no work, no counter (uniform exit)
+  const int num_tokens = min(p.q_tile_tokens, q_len - first);
+  const KvSourceT<T> kv(kv_params, request, kv_head);
+  const int kv_len = kv.kv_len;
+
+  // The tile's keys: the union of its rows' visible ranges, cut into this split's share.
+  int tile_lo = kv_len, tile_hi = 0;
+  for (int t = 0; t < num_tokens; ++t) {
+    int lo, hi;
+    VisibleKeys(p, q_len, kv_len, first + t, lo, hi);
+    if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
+  }
+  const KeyRange split_keys = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, split_idx, S::kBlockN);
+  const int key_begin = static_cast<int>(split_keys.begin);
+  const int key_end = static_cast<int>(split_keys.end);
+  const int num_blocks = key_end > key_begin ? (key_end - key_begin + S::kBlockN - 1) / S::kBlockN : 0;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
+  const int token_begin = q_begin + first;
+  const int tile_rows = num_tokens * p.group_size;
+  const float sm_scale = p.sm_scale, cap = p.logits_soft_cap;
+
+  for (int row0 = 0; row0 < tile_rows; row0 += S::kRows) {
+    const int chunk_rows = min(S::kRows, tile_rows - row0);
+    LoadRows<T, D, S::kRows>(
+        s_q,
+        [&](int r) -> const T* {
+          if (r >= chunk_rows) return nullptr;
+          const RowTarget at = TileRowTarget(p, token_begin, kv_head, row0 + r);
+          return static_cast<const T*>(p.q) + at.token * p.q_stride_token + at.head * p.q_stride_head;
+        },
+        p.q_vec);
+    auto load_kv = [&](int block, int stage) {
+      T* s_k = s_kv + stage * 2 * S::kKvElems;
+      LoadKvBlock<T, D, S::kBlockN>(s_k, s_k + S::kKvElems, kv, key_begin + block * S::kBlockN, key_end, p.kv_vec);
+    };
+    // Prologue: blocks 0 .. kStages - 2 (Q rides in block 0's group). Every slot and every
+    // iteration commits one group, empty or not, so in iteration b (after its own commit)
+    // block b has landed once at most kStages - 1 groups are pending.
+#pragma unroll
+    for (int b = 0; b < S::kStages - 1; ++b) {
+      if (b < num_blocks) load_kv(b, b);
+      CpAsyncCommit();
+    }
+
+    // This thread's two rows (mma layout): lane / 4 and lane / 4 + 8 of its warp's 16, with
+    // their visible keys clipped to the split. Rows past the chunk see nothing.
+    int row_lo[2], row_hi[2];
+    bool row_valid[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = wm * 16 + lane / 4 + 8 * i;
+      row_valid[i] = r < chunk_rows;
+      row_lo[i] = row_hi[i] = 0;
+      if (row_valid[i]) {
+        VisibleKeys(p, q_len, kv_len, first + (row0 + r) / p.group_size, row_lo[i], row_hi[i]);
+        row_lo[i] = max(row_lo[i], key_begin);
+        row_hi[i] = max(row_lo[i], min(row_hi[i], key_end));
+      }
+    }
+
+    float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};
+    float row_sum[2] = {0.0f, 0.0f};  // this thread's share; summed over the quad at the end
+    float acc[S::kDTiles][4];
+#pragma unroll
+    for (int d = 0; d < S::kDTiles; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+
+    for (int block = 0; block < num_blocks; ++block) {
+      // The stage refilled here was last read in iteration block - 1, which ended in a barrier.
+      const int ahead = block + S::kStages - 1;
+      if (ahead < num_blocks) load_kv(ahead, ahead % S::kStages);
+      CpAsyncCommit();
+      CpAsyncWait<S::kStages - 1>();
+      __syncthreads();
+      const T* s_k = s_kv + (block % S::kStages) * 2 * S::kKvElems;
+      const T* s_v = s_k + S::kKvElems;
+      const int key0 = wn * S::kKeysPerWarp;  // this warp's first key within the block
+      const int j_warp = key_begin + block * S::kBlockN + key0;
+
+      float s[S::kSTiles][4];
+#pragma unroll
+      for (int n = 0; n < S::kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < S::kKSteps; ++ks) {
+        uint32_t a[4];
+        LdMatrixX4(a, s_q + SwizzledOffset<D>(wm * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, ks * 16 + (lane >> 4) * 8));
+#pragma unroll
+        for (int np = 0; np < S::kSTiles / 2; ++np) {
+          uint32_t b[4];
+          LdMatrixX4(b, s_k + SwizzledOffset<D>(key0 + np * 16 + (lane & 7) + (lane >> 4) * 8,
+                                                ks * 16 + ((lane >> 3) & 1) * 8));
+          Mma16816<T>(s[2 * np], a, b[0], b[1]);
+          Mma16816<T>(s[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+
+#pragma unroll
+      for (int n = 0; n < S::kSTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[n][e] * sm_scale;
+          if (cap > 0.0f) x = cap * tanhf(x / cap);
+          s[n][e] = x;
+        }
+      }
+      // Mask only blocks that some row of this warp does not see whole.
+      bool partial = false;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        partial |= row_valid[i] && !(row_lo[i] <= j_warp && j_warp + S::kKeysPerWarp <= row_hi[i]);
+      }
+      if (__any_sync(0xffffffffu, partial)) {
+#pragma unroll
+        for (int n = 0; n < S::kSTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = j_warp + n * 8 + (lane & 3) * 2 + (e & 1);
+            const int i = e >> 1;
+            if (j < row_lo[i] || j >= row_hi[i]) s[n][e] = SPLITKV_NEG_INF;
+          }
+        }
+      }
+
+      // Online softmax (natural-log max; exp2 with the log2(e) folded in).
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float m = row_max[i];
+#pragma unroll
+        for (int n = 0; n < S::kSTiles; ++n) m = fmaxf(m, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;  // a row with no key yet: p = 0
+        const float alpha = exp2f((row_max[i] - m_ref) * kLog2e);
+        row_max[i] = m;
+        row_sum[i] *= alpha;
+#pragma unroll
+        for (int d = 0; d < S::kDTiles; ++d) acc[d][2 * i] *= alpha, acc[d][2 * i + 1] *= alpha;
+        const float m_log2 = m_ref * kLog2e;
+#pragma unroll
+        for (int n = 0; n < S::kSTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = exp2f(fmaf(s[n][2 * i + e], kLog2e, -m_log2));
+            s[n][2 * i + e] = pr;
+            row_sum[i] += pr;
+          }
+        }
+      }
+
+      // O += P V: the S accumulators of two n-tiles are one A fragment of 16 keys.
+#pragma unroll
+      for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
+        const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
+                               PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, s_v + SwizzledOffset<D>(key0 + kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                     dp * 16 + (lane >> 4) * 8));
+          Mma16816<T>(acc[2 * dp], a, b[0], b[1]);
+          Mma16816<T>(acc[2 * dp + 1], a, b[2], b[3]);
+        }
+      }
+      __syncthreads();  // the stage is overwritten by the next iteration's prefetch
+    }
+    CpAsyncWait<0>();
+    __syncthreads();  // shared memory is reused below
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
+    }
+    // Stage every warp's rows in fp32: [kWarpsN][kRows][kOStride], then {max, sum} per row.
+    float* const s_o = reinterpret_cast<float*>(smem);
+    float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = wn * S::kRows + wm * 16 + lane / 4 + 8 * i;
+      float* dst = s_o + r * S::kOStride + (lane & 3) * 2;
+#pragma unroll
+      for (int d = 0; d < S::kDTiles; ++d) {
+        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc[d][2 * i], acc[d][2 * i + 1]);
+      }
+      if ((lane & 3) == 0) s_ml[2 * r] = row_max[i], s_ml[2 * r + 1] = row_sum[i];
+    }
+    __syncthreads();
+
+    // Each warp finishes whole rows: merges the key slices in fixed order, writes the result.
+    constexpr int kElems = D / 32;
+    for (int r = warp; r < chunk_rows; r += kThreads / 32) {
+      float m = SPLITKV_NEG_INF;
+#pragma unroll
+      for (int sl = 0; sl < S::kWarpsN; ++sl) m = fmaxf(m, s_ml[2 * (sl * S::kRows + r)]);
+      float o[kElems];
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
+      float l = 0.0f;
+      if (m != SPLITKV_NEG_INF) {
+#pragma unroll
+        for (int sl = 0; sl < S::kWarpsN; ++sl) {
+          const int sr = sl * S::kRows + r;
+          const float w = exp2f((s_ml[2 * sr] - m) * kLog2e);
+          l += s_ml[2 * sr + 1] * w;
+          float part[kElems];
+          LoadFloats<kElems, false>(part, s_o + sr * S::kOStride + lane * kElems);
+#pragma unroll
+          for (int e = 0; e < kElems; ++e) o[e] += w * part[e];
+        }
+      }
+      WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, row0 + r), split_idx, o, m, l);
+    }
+    __syncthreads();  // the next chunk reloads shared memory
+  }
+
+  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows);
+}
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_ATTENTION_KERNEL_CUH_

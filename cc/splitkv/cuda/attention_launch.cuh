@@ -1,0 +1,104 @@
+// Template bodies of launch.h: pick the kernel instance, raise its shared-memory limit once
+// per device, launch, check. Included by the per-head_dim .cu files only.
+#ifndef SPLITKV_CUDA_ATTENTION_LAUNCH_CUH_
+#define SPLITKV_CUDA_ATTENTION_LAUNCH_CUH_
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cc/splitkv/cuda/attention_kernel.cuh"
+#include "cc/splitkv/cuda/kv_source.cuh"
+#include "cc/splitkv/cuda/launch.h"
+
+namespace splitkv::cuda {
+
+template <int kHeadDim>
+using DecodeShape = KernelShape<kHeadDim, 1, DecodeBlockKeys(kHeadDim), DecodeStages(kHeadDim)>;
+template <int kHeadDim>
+using PrefillShape = KernelShape<kHeadDim, 4, PrefillBlockKeys(kHeadDim), 2>;
+
+// One kernel instance. Kernels above 48 KiB of dynamic shared memory must opt in, per
+// device; the attribute call is not a stream operation (safe during graph capture) and runs
+// once per device and instance.
+template <typename T, class Shape, template <typename> class KvSourceT>
+struct KernelInstance {
+  static constexpr auto kKernel = AttentionKernel<T, Shape, KvSourceT>;
+
+  static void EnsureSharedMemory(const char* op) {
+    static std::atomic<uint64_t> done_devices{0};
+    int device = 0;
+    CheckCuda(cudaGetDevice(&device), op);
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
+    CheckCuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(Shape::kSmemBytes)),
+              op);
+    done_devices.fetch_or(bit, std::memory_order_acq_rel);
+  }
+
+  static void Launch(const AttentionKernelParams& params, const typename KvSourceT<T>::Params& kv, int64_t num_tiles,
+                     cudaStream_t stream, const char* op) {
+    EnsureSharedMemory(op);
+    const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.num_splits));
+    kKernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(params, kv);
+    CheckCuda(cudaGetLastError(), op);
+  }
+
+  static int ResidentCtasPerSm(const char* op) {
+    EnsureSharedMemory(op);
+    int ctas = 0;
+    CheckCuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, kThreads, Shape::kSmemBytes), op);
+    return ctas;
+  }
+};
+
+template <typename T, int kHeadDim>
+void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv, int64_t num_tiles,
+                      cudaStream_t stream, const char* op) {
+  if (kind == TileKind::kDecode) {
+    KernelInstance<T, DecodeShape<kHeadDim>, PagedKvSource>::Launch(params, kv, num_tiles, stream, op);
+  } else {
+    KernelInstance<T, PrefillShape<kHeadDim>, PagedKvSource>::Launch(params, kv, num_tiles, stream, op);
+  }
+}
+
+template <int kHeadDim>
+void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
+                 int64_t num_tiles, cudaStream_t stream, const char* op) {
+  if (dtype == DType::kBFloat16) {
+    LaunchPagedTyped<__nv_bfloat16, kHeadDim>(kind, params, kv, num_tiles, stream, op);
+  } else {
+    LaunchPagedTyped<__half, kHeadDim>(kind, params, kv, num_tiles, stream, op);
+  }
+}
+
+template <int kHeadDim>
+void LaunchRagged(DType dtype, const AttentionKernelParams& params, const RaggedKvParams& kv, int64_t num_tiles,
+                  cudaStream_t stream, const char* op) {
+  if (dtype == DType::kBFloat16) {
+    KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, RaggedKvSource>::Launch(params, kv, num_tiles, stream, op);
+  } else {
+    KernelInstance<__half, PrefillShape<kHeadDim>, RaggedKvSource>::Launch(params, kv, num_tiles, stream, op);
+  }
+}
+
+template <int kHeadDim>
+int ResidentCtasPerSm(TileKind kind, const char* op) {
+  if (kind == TileKind::kDecode) {
+    return KernelInstance<__nv_bfloat16, DecodeShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);
+  }
+  return KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);
+}
+
+#define SPLITKV_INSTANTIATE_HEAD_DIM(D)                                                                            \
+  template void LaunchPaged<D>(DType, TileKind, const AttentionKernelParams&, const PagedKvParams&, int64_t,       \
+                               cudaStream_t, const char*);                                                        \
+  template void LaunchRagged<D>(DType, const AttentionKernelParams&, const RaggedKvParams&, int64_t, cudaStream_t, \
+                                const char*);                                                                     \
+  template int ResidentCtasPerSm<D>(TileKind, const char*);
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_ATTENTION_LAUNCH_CUH_

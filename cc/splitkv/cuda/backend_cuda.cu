@@ -1,0 +1,218 @@
+// The CUDA backend (backend.h): turns validated params and the launcher's plan into kernel
+// params, chooses the tile kind and the head_dim instance, and enqueues one launch on the
+// caller's stream. No host synchronisation, no memset, no allocation: CUDA-graph capturable.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cc/splitkv/backend.h"
+#include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/launch.h"
+#include "cc/splitkv/cuda/tile_config.h"
+#include "cc/splitkv/errors.h"
+#include "cc/splitkv/workspace_layout.h"
+
+namespace splitkv::cuda {
+
+void CheckCuda(cudaError_t err, const char* op) {
+  if (err != cudaSuccess) throw CudaError(std::string(op) + ": " + cudaGetErrorString(err));
+}
+
+namespace {
+
+constexpr const char* kPagedOp = "paged_attention";
+constexpr const char* kRaggedOp = "ragged_attention";
+constexpr int64_t kInt32Max = 2147483647;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Per device: SM count and resident CTAs of each (tile kind, head_dim), read once.
+struct DeviceInfo {
+  int sm_count = 0;
+  int ctas[2][3] = {{0, 0, 0}, {0, 0, 0}};  // [kind][head_dim 64, 128, 256]
+};
+
+int HeadDimIndex(int64_t head_dim) { return head_dim == 64 ? 0 : head_dim == 256 ? 2 : 1; }
+
+int ResidentCtas(TileKind kind, int64_t head_dim, const char* op) {
+  switch (head_dim) {
+    case 64: return ResidentCtasPerSm<64>(kind, op);
+    case 256: return ResidentCtasPerSm<256>(kind, op);
+    default: return ResidentCtasPerSm<128>(kind, op);
+  }
+}
+
+int WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) {
+  static std::mutex mutex;
+  static std::vector<DeviceInfo> devices;
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), op);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<int>(devices.size()) <= device) devices.resize(device + 1);
+  DeviceInfo& info = devices[device];
+  if (info.sm_count == 0) {
+    CheckCuda(cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device), op);
+  }
+  int& ctas = info.ctas[kind == TileKind::kDecode ? 0 : 1][HeadDimIndex(head_dim)];
+  if (ctas == 0) {
+    ctas = ResidentCtas(kind, head_dim, op);
+    if (ctas == 0) {
+      throw CudaError(std::string(op) + ": no CTA of the head_dim " + std::to_string(head_dim) +
+                      " kernel fits on an SM of device " + std::to_string(device));
+    }
+  }
+  return info.sm_count * ctas;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool AllMultiplesOf8(std::initializer_list<int64_t> strides) {
+  for (int64_t s : strides) {
+    if (s % 8 != 0) return false;
+  }
+  return true;
+}
+
+void CheckFitsInt32(const char* op, const char* what, int64_t value) {
+  if (value > kInt32Max) {
+    throw UnsupportedError(std::string(op) + ": " + what + " too large for the cuda backend: expected at most " +
+                           std::to_string(kInt32Max) + ", got " + std::to_string(value));
+  }
+}
+
+// The fields both operations fill the same way.
+template <typename Params>
+AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64_t q_tile_tokens) {
+  AttentionKernelParams k;
+  k.q = p.q;
+  k.q_stride_token = p.q_stride_token;
+  k.q_stride_head = p.q_stride_head;
+  k.out = p.out;
+  k.out_stride_token = p.out_stride_token;
+  k.out_stride_head = p.out_stride_head;
+  k.lse = p.lse;
+  k.num_kv_heads = static_cast<int32_t>(p.num_kv_heads);
+  k.group_size = static_cast<int32_t>(p.num_qo_heads / p.num_kv_heads);
+  k.q_tile_tokens = static_cast<int32_t>(q_tile_tokens);
+  k.max_q_tiles = static_cast<int32_t>(plan.max_q_tiles);
+  k.num_splits = static_cast<int32_t>(plan.num_splits);
+  k.layout_shape = LayoutShape{p.total_q, p.num_qo_heads, p.head_dim};
+  k.causal = p.options.causal;
+  k.window_left = p.options.window_left;
+  k.logits_soft_cap = p.options.logits_soft_cap;
+  k.sm_scale = p.options.sm_scale;
+  auto* base = static_cast<uint8_t*>(p.workspace.data);
+  k.counters = reinterpret_cast<uint32_t*>(base + plan.layout.counter_offset);
+  k.stats = reinterpret_cast<float*>(base + plan.layout.softmax_offset);
+  k.partials = reinterpret_cast<float*>(base + plan.layout.scratch_offset);
+  k.q_vec = Aligned16(p.q) && AllMultiplesOf8({p.q_stride_token, p.q_stride_head});
+  k.out_vec = Aligned16(p.out) && AllMultiplesOf8({p.out_stride_token, p.out_stride_head});
+  return k;
+}
+
+// The launcher sized the counter index space with Traits(); the launch must cut tiles alike.
+void CheckPlanMatches(const char* op, const SplitPlan& plan, int64_t max_q_len, int64_t q_tile_tokens,
+                      int64_t batch_size, int64_t num_kv_heads) {
+  const int64_t max_q_tiles = CeilDiv(max_q_len > 0 ? max_q_len : 1, q_tile_tokens);
+  if (plan.max_q_tiles != max_q_tiles || plan.num_tiles != batch_size * num_kv_heads * max_q_tiles) {
+    throw InvalidArgument(std::string(op) + ": plan does not match the cuda tiles: expected max_q_tiles " +
+                          std::to_string(max_q_tiles) + ", got " + std::to_string(plan.max_q_tiles) +
+                          "; plan with the same params");
+  }
+  CheckFitsInt32(op, "num_tiles (batch_size * num_kv_heads * max_q_tiles)", plan.num_tiles);
+  if (plan.num_splits > 65535) {
+    throw UnsupportedError(std::string(op) + ": num_splits too large for the cuda backend: expected at most 65535, got " +
+                           std::to_string(plan.num_splits));
+  }
+}
+
+}  // namespace
+
+bool Available() { return true; }
+
+BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream) {
+  const TileChoice tile = ChooseTile(group_size, max_q_len);
+  BackendTraits traits;
+  traits.q_tile_tokens = tile.q_tile_tokens;
+  traits.num_workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
+  traits.min_keys_per_split = 256;
+  traits.max_splits = 64;
+  return traits;
+}
+
+void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  const TileChoice tile = ChooseTile(group, p.max_q_len);
+  CheckPlanMatches(kPagedOp, plan, p.max_q_len, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
+  CheckFitsInt32(kPagedOp, "total_q", p.total_q);
+  CheckFitsInt32(kPagedOp, "max_pages_per_seq * page_size", p.max_pages_per_seq * p.page_size);
+  if (plan.num_tiles == 0) return;
+
+  AttentionKernelParams k = CommonParams(p, plan, tile.q_tile_tokens);
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  PagedKvParams kv;
+  kv.k = p.k_cache;
+  kv.v = p.v_cache;
+  kv.k_stride_page = p.k_stride_page;
+  kv.k_stride_head = p.k_stride_head;
+  kv.k_stride_slot = p.k_stride_slot;
+  kv.v_stride_page = p.v_stride_page;
+  kv.v_stride_head = p.v_stride_head;
+  kv.v_stride_slot = p.v_stride_slot;
+  kv.block_tables = p.block_tables;
+  kv.block_tables_stride = p.block_tables_stride;
+  kv.seq_lens = p.seq_lens;
+  int log2 = 0;
+  while ((int64_t{1} << log2) < p.page_size) ++log2;
+  kv.page_size_log2 = log2;
+  k.kv_vec = Aligned16(p.k_cache) && Aligned16(p.v_cache) &&
+             AllMultiplesOf8({p.k_stride_page, p.k_stride_head, p.k_stride_slot, p.v_stride_page, p.v_stride_head,
+                              p.v_stride_slot});
+  auto stream = static_cast<cudaStream_t>(p.stream);
+  switch (p.head_dim) {
+    case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, plan.num_tiles, stream, kPagedOp);
+    case 128: return LaunchPaged<128>(p.dtype, tile.kind, k, kv, plan.num_tiles, stream, kPagedOp);
+    case 256: return LaunchPaged<256>(p.dtype, tile.kind, k, kv, plan.num_tiles, stream, kPagedOp);
+    default:
+      throw UnsupportedError(std::string(kPagedOp) + ": head_dim not supported on cuda: expected 64, 128 or 256, got " +
+                             std::to_string(p.head_dim));
+  }
+}
+
+void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
+  // Ragged calls run prefill tiles, cut with the same q_tile_tokens Traits() reported.
+  const TileChoice tile = ChooseTile(group, max_q);
+  CheckPlanMatches(kRaggedOp, plan, max_q, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
+  CheckFitsInt32(kRaggedOp, "total_q", p.total_q);
+  CheckFitsInt32(kRaggedOp, "total_kv", p.total_kv);
+  if (plan.num_tiles == 0) return;
+
+  AttentionKernelParams k = CommonParams(p, plan, tile.q_tile_tokens);
+  k.cu_seqlens_q = p.cu_seqlens_q;
+  RaggedKvParams kv;
+  kv.k = p.k;
+  kv.v = p.v;
+  kv.k_stride_token = p.k_stride_token;
+  kv.k_stride_head = p.k_stride_head;
+  kv.v_stride_token = p.v_stride_token;
+  kv.v_stride_head = p.v_stride_head;
+  kv.cu_seqlens_kv = p.cu_seqlens_kv;
+  k.kv_vec = Aligned16(p.k) && Aligned16(p.v) &&
+             AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
+  auto stream = static_cast<cudaStream_t>(p.stream);
+  switch (p.head_dim) {
+    case 64: return LaunchRagged<64>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
+    case 128: return LaunchRagged<128>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
+    case 256: return LaunchRagged<256>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
+    default:
+      throw UnsupportedError(std::string(kRaggedOp) + ": head_dim not supported on cuda: expected 64, 128 or 256, got " +
+                             std::to_string(p.head_dim));
+  }
+}
+
+}  // namespace splitkv::cuda

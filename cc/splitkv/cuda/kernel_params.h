@@ -1,0 +1,71 @@
+// What one attention launch passes to the device, by value: the same kernel serves the paged
+// and the ragged operation, and only the KV source differs (kv_source.cuh). Built on the host
+// by the launch code from PagedAttentionParams / RaggedAttentionParams and the SplitPlan.
+#ifndef SPLITKV_CUDA_KERNEL_PARAMS_H_
+#define SPLITKV_CUDA_KERNEL_PARAMS_H_
+
+#include <cstdint>
+
+#include "cc/splitkv/workspace_layout.h"
+
+namespace splitkv::cuda {
+
+struct AttentionKernelParams {
+  // q [total_q, num_qo_heads, head_dim], out likewise; strides in elements.
+  const void* q = nullptr;
+  int64_t q_stride_token = 0, q_stride_head = 0;
+  void* out = nullptr;
+  int64_t out_stride_token = 0, out_stride_head = 0;
+  float* lse = nullptr;  // [total_q, num_qo_heads] or null
+  // cu_seqlens_q [batch_size + 1], or null for one query per request.
+  const int32_t* cu_seqlens_q = nullptr;
+
+  int32_t num_kv_heads = 0;
+  int32_t group_size = 0;  // qo heads per kv head
+  // Work tiles: blockIdx.x enumerates (request, kv_head, q_tile); blockIdx.y is the split.
+  int32_t q_tile_tokens = 1;
+  int32_t max_q_tiles = 1;
+  int32_t num_splits = 1;
+  LayoutShape layout_shape;  // total_q, num_qo_heads, head_dim, for PartialIndex
+
+  bool causal = true;
+  int32_t window_left = -1;
+  float logits_soft_cap = 0.0f;
+  float sm_scale = 1.0f;
+
+  // Workspace regions, from the plan's layout (unused with num_splits == 1).
+  uint32_t* counters = nullptr;
+  float* stats = nullptr;     // float2 {max, sum_exp} per partial
+  float* partials = nullptr;  // head_dim floats per partial
+
+  // 16-byte vector access is legal (base and every stride multiples of 8 elements).
+  bool q_vec = false;
+  bool out_vec = false;
+  bool kv_vec = false;
+};
+
+// Keys of a paged cache: element (page, kv_head, slot, d) at
+// page * stride_page + kv_head * stride_head + slot * stride_slot + d.
+struct PagedKvParams {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_stride_page = 0, k_stride_head = 0, k_stride_slot = 0;
+  int64_t v_stride_page = 0, v_stride_head = 0, v_stride_slot = 0;
+  const int32_t* block_tables = nullptr;
+  int64_t block_tables_stride = 0;
+  const int32_t* seq_lens = nullptr;
+  int32_t page_size_log2 = 0;
+};
+
+// Keys of packed (ragged) k, v: request b owns tokens cu_seqlens_kv[b]..cu_seqlens_kv[b+1].
+struct RaggedKvParams {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t k_stride_token = 0, k_stride_head = 0;
+  int64_t v_stride_token = 0, v_stride_head = 0;
+  const int32_t* cu_seqlens_kv = nullptr;
+};
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_KERNEL_PARAMS_H_

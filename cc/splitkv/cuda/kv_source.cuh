@@ -1,0 +1,67 @@
+// Where a (request, kv head)'s keys live. The kernel asks a bound source for key j's and
+// value j's rows (head_dim contiguous elements each), j in [0, kv_len).
+#ifndef SPLITKV_CUDA_KV_SOURCE_CUH_
+#define SPLITKV_CUDA_KV_SOURCE_CUH_
+
+#include <cstdint>
+
+#include "cc/splitkv/cuda/kernel_params.h"
+
+namespace splitkv::cuda {
+
+template <typename T>
+struct PagedKvSource {
+  using Params = PagedKvParams;
+  const T* k;
+  const T* v;
+  const int32_t* pages;
+  int64_t k_stride_page, k_stride_slot, v_stride_page, v_stride_slot;
+  int32_t shift, slot_mask;
+  int32_t kv_len;
+
+  __device__ PagedKvSource(const PagedKvParams& p, int32_t request, int32_t kv_head)
+      : k(static_cast<const T*>(p.k) + kv_head * p.k_stride_head),
+        v(static_cast<const T*>(p.v) + kv_head * p.v_stride_head),
+        pages(p.block_tables + request * p.block_tables_stride),
+        k_stride_page(p.k_stride_page),
+        k_stride_slot(p.k_stride_slot),
+        v_stride_page(p.v_stride_page),
+        v_stride_slot(p.v_stride_slot),
+        shift(p.page_size_log2),
+        slot_mask((1 << p.page_size_log2) - 1),
+        kv_len(__ldg(p.seq_lens + request)) {}
+
+  // Key j's and value j's rows (one page-table read for both).
+  __device__ void Rows(int32_t j, const T*& key, const T*& value) const {
+    const int64_t page = __ldg(pages + (j >> shift));
+    const int64_t slot = j & slot_mask;
+    key = k + page * k_stride_page + slot * k_stride_slot;
+    value = v + page * v_stride_page + slot * v_stride_slot;
+  }
+};
+
+template <typename T>
+struct RaggedKvSource {
+  using Params = RaggedKvParams;
+  const T* k;
+  const T* v;
+  int64_t k_stride_token, v_stride_token;
+  int32_t kv_len;
+
+  __device__ RaggedKvSource(const RaggedKvParams& p, int32_t request, int32_t kv_head)
+      : k_stride_token(p.k_stride_token), v_stride_token(p.v_stride_token) {
+    const int32_t begin = __ldg(p.cu_seqlens_kv + request);
+    kv_len = __ldg(p.cu_seqlens_kv + request + 1) - begin;
+    k = static_cast<const T*>(p.k) + begin * p.k_stride_token + kv_head * p.k_stride_head;
+    v = static_cast<const T*>(p.v) + begin * p.v_stride_token + kv_head * p.v_stride_head;
+  }
+
+  __device__ void Rows(int32_t j, const T*& key, const T*& value) const {
+    key = k + j * k_stride_token;
+    value = v + j * v_stride_token;
+  }
+};
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_KV_SOURCE_CUH_

@@ -1,0 +1,33 @@
+// Host-side entry points of the per-head_dim kernel files (attention_hd{64,128,256}.cu), one
+// file per head_dim so nvcc compiles them in parallel. Called by backend_cuda.cu only.
+#ifndef SPLITKV_CUDA_LAUNCH_H_
+#define SPLITKV_CUDA_LAUNCH_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/tile_config.h"
+#include "cc/splitkv/params.h"
+
+namespace splitkv::cuda {
+
+// Throws CudaError("<op>: <cudaGetErrorString>") unless err is cudaSuccess.
+void CheckCuda(cudaError_t err, const char* op);
+
+// Enqueues one launch of num_tiles x num_splits CTAs (kind: decode or prefill tiles).
+template <int kHeadDim>
+void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
+                 int64_t num_tiles, cudaStream_t stream, const char* op);
+template <int kHeadDim>
+void LaunchRagged(DType dtype, const AttentionKernelParams& params, const RaggedKvParams& kv, int64_t num_tiles,
+                  cudaStream_t stream, const char* op);
+
+// CTAs of the paged kernel for (kind, kHeadDim) that fit on one SM of the current device.
+template <int kHeadDim>
+int ResidentCtasPerSm(TileKind kind, const char* op);
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_LAUNCH_H_

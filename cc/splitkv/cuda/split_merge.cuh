@@ -1,0 +1,206 @@
+// The split-KV protocol on the device, the CUDA twin of cpu/attention_tile.h:
+//  1. every CTA of a tile writes its partial (normalised fp32 output and {max, sum_exp} in
+//     natural-log units) at PartialIndex(split_idx, token, head) in the workspace;
+//  2. __threadfence(), then one atomicAdd on the tile's counter (TileCounterIndex);
+//  3. the CTA that brings the count to num_splits stores 0 back and merges the partials in
+//     fixed split order, so outputs are bitwise repeatable.
+// Offsets come only from workspace_layout.h (through the plan the launcher made).
+#ifndef SPLITKV_CUDA_SPLIT_MERGE_CUH_
+#define SPLITKV_CUDA_SPLIT_MERGE_CUH_
+
+#include <cstdint>
+
+#include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/ptx.cuh"
+#include "cc/splitkv/cuda/tile_config.h"
+#include "cc/splitkv/workspace_layout.h"
+
+namespace splitkv::cuda {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+#define SPLITKV_NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float WarpMax(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+
+// A butterfly: every lane ends with the same, run-to-run identical sum.
+__device__ __forceinline__ float WarpSum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+// kElems consecutive floats times `scale`, as T, at dst (vectorised when `vec`).
+template <typename T, int kElems>
+__device__ __forceinline__ void StoreRow(T* dst, const float (&o)[kElems], float scale, bool vec) {
+  if (vec) {
+    uint32_t packed[kElems / 2];
+#pragma unroll
+    for (int e = 0; e < kElems / 2; ++e) packed[e] = PackPair<T>(o[2 * e] * scale, o[2 * e + 1] * scale);
+    if constexpr (kElems == 2) {
+      *reinterpret_cast<uint32_t*>(dst) = packed[0];
+    } else if constexpr (kElems == 4) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kElems / 8; ++e) {
+        *reinterpret_cast<uint4*>(dst + 8 * e) =
+            make_uint4(packed[4 * e], packed[4 * e + 1], packed[4 * e + 2], packed[4 * e + 3]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) dst[e] = FromFloat<T>(o[e] * scale);
+  }
+}
+
+// kElems floats (a multiple of 2; 8-byte aligned), plain or bypassing L1 (`kCoherent`: data
+// another CTA wrote during this launch).
+template <int kElems, bool kCoherent>
+__device__ __forceinline__ void LoadFloats(float (&v)[kElems], const float* src) {
+  if constexpr (kElems % 4 == 0) {
+#pragma unroll
+    for (int e = 0; e < kElems; e += 4) {
+      const float4 x = kCoherent ? __ldcg(reinterpret_cast<const float4*>(src + e))
+                                 : *reinterpret_cast<const float4*>(src + e);
+      v[e] = x.x, v[e + 1] = x.y, v[e + 2] = x.z, v[e + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kElems; e += 2) {
+      const float2 x = kCoherent ? __ldcg(reinterpret_cast<const float2*>(src + e))
+                                 : *reinterpret_cast<const float2*>(src + e);
+      v[e] = x.x, v[e + 1] = x.y;
+    }
+  }
+}
+
+template <int kElems>
+__device__ __forceinline__ void StoreFloats(float* dst, const float (&v)[kElems], float scale) {
+  if constexpr (kElems % 4 == 0) {
+#pragma unroll
+    for (int e = 0; e < kElems; e += 4) {
+      *reinterpret_cast<float4*>(dst + e) =
+          make_float4(v[e] * scale, v[e + 1] * scale, v[e + 2] * scale, v[e + 3] * scale);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kElems; e += 2) *reinterpret_cast<float2*>(dst + e) = make_float2(v[e] * scale, v[e + 1] * scale);
+  }
+}
+
+// Where row `row` of a tile (rows pack token-major, then the group's heads) writes.
+struct RowTarget {
+  int32_t token;  // index into q / out / lse
+  int32_t head;   // qo head
+};
+
+__device__ __forceinline__ RowTarget TileRowTarget(const AttentionKernelParams& p, int32_t token_begin,
+                                                   int32_t kv_head, int32_t row) {
+  const int32_t t = row / p.group_size;
+  return {token_begin + t, kv_head * p.group_size + (row - t * p.group_size)};
+}
+
+// One finished row: the output (one split) or this split's partial. `o` is the lane's
+// kHeadDim / 32 elements, unnormalised, with row max `m` and sum of exp `l` (l == 0: no key).
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void WriteRowResult(const AttentionKernelParams& p, RowTarget at, int32_t split_idx,
+                                               float (&o)[kHeadDim / 32], float m, float l) {
+  constexpr int kElems = kHeadDim / 32;
+  const int lane = threadIdx.x % 32;
+  const bool seen = l > 0.0f;
+  const float inv = seen ? 1.0f / l : 0.0f;
+  if (!seen) {
+    // Written as zeros, not 0 * o: o may hold 0 * NaN from keys only other rows see.
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
+  }
+  if (p.num_splits == 1) {
+    T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
+    StoreRow<T, kElems>(dst, o, inv, p.out_vec);
+    if (lane == 0 && p.lse != nullptr) {
+      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = seen ? m + logf(l) : SPLITKV_NEG_INF;
+    }
+  } else {
+    const int64_t index = PartialIndex(p.layout_shape, split_idx, at.token, at.head);
+    StoreFloats<kElems>(p.partials + index * kHeadDim + lane * kElems, o, inv);
+    if (lane == 0) {
+      *reinterpret_cast<float2*>(p.stats + 2 * index) = make_float2(seen ? m : SPLITKV_NEG_INF, l);
+    }
+  }
+}
+
+// Steps 2 and 3 for a CTA that has written all its partials. Every thread of the CTA calls it.
+template <typename T, int kHeadDim>
+__device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, int32_t kv_head, int32_t q_tile,
+                               int32_t token_begin, int32_t tile_rows) {
+  __shared__ int last_arrival;
+  // Publish this CTA's partials device-wide before the count says they are there.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t* counter = p.counters + TileCounterIndex(request, kv_head, q_tile, p.num_kv_heads, p.max_q_tiles);
+    const uint32_t arrived = atomicAdd(counter, 1u) + 1u;
+    const bool last = arrived == static_cast<uint32_t>(p.num_splits);
+    // Every split has arrived, so nothing else touches the counter in this launch: zero at rest.
+    if (last) atomicExch(counter, 0u);
+    last_arrival = last;
+  }
+  __syncthreads();
+  if (!last_arrival) return;
+  __threadfence();
+
+  constexpr int kElems = kHeadDim / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int num_splits = p.num_splits;
+  const auto* stats = reinterpret_cast<const float2*>(p.stats);
+  for (int row = warp; row < tile_rows; row += kThreads / 32) {
+    const RowTarget at = TileRowTarget(p, token_begin, kv_head, row);
+    float global_max = SPLITKV_NEG_INF;
+    for (int s = lane; s < num_splits; s += 32) {
+      const float2 st = __ldcg(stats + PartialIndex(p.layout_shape, s, at.token, at.head));
+      if (st.y > 0.0f) global_max = fmaxf(global_max, st.x);
+    }
+    global_max = WarpMax(global_max);
+    float merged[kElems];
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) merged[e] = 0.0f;
+    float total = 0.0f;
+    if (global_max != SPLITKV_NEG_INF) {
+      for (int base = 0; base < num_splits; base += 32) {
+        float weight = 0.0f;
+        if (base + lane < num_splits) {
+          const float2 st = __ldcg(stats + PartialIndex(p.layout_shape, base + lane, at.token, at.head));
+          if (st.y > 0.0f) weight = st.y * exp2f((st.x - global_max) * kLog2e);
+        }
+        total += weight;
+        const int count = min(32, num_splits - base);
+        for (int k = 0; k < count; ++k) {  // split order: base + k
+          const float w = __shfl_sync(0xffffffffu, weight, k);
+          if (w == 0.0f) continue;  // an empty split contributes nothing (uniform branch)
+          float part[kElems];
+          const int64_t index = PartialIndex(p.layout_shape, base + k, at.token, at.head);
+          LoadFloats<kElems, true>(part, p.partials + index * kHeadDim + lane * kElems);
+#pragma unroll
+          for (int e = 0; e < kElems; ++e) merged[e] += w * part[e];
+        }
+      }
+      total = WarpSum(total);
+    }
+    // Written as the final output: WriteRowResult with one split's semantics.
+    const bool seen = total > 0.0f;
+    T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
+    StoreRow<T, kElems>(dst, merged, seen ? 1.0f / total : 0.0f, p.out_vec);
+    if (lane == 0 && p.lse != nullptr) {
+      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] =
+          seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+    }
+  }
+}
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_SPLIT_MERGE_CUH_

@@ -1,0 +1,54 @@
+"""Small launches of each operation for compute-sanitizer (memcheck, racecheck, synccheck).
+
+Covers both tile kinds of the paged kernel (decode and prefill tiles), the ragged kernel,
+split merges (num_splits > 1) and direct writes, page tails holding NaN, and a row that
+sees no key. Prints one line per case; exits nonzero if a result is off or a counter stays
+set (the sanitizer's own exit code reports its findings).
+
+    compute-sanitizer --tool racecheck python3 tools/gpu/sanitizer_cases.py
+"""
+
+import sys
+
+import torch
+
+import harness  # tests/python on PYTHONPATH
+import splitkv
+
+
+def main():
+    workspace = splitkv.Workspace(16 << 20, "cuda")
+    cases = [
+        ("paged decode, decode tiles, 3 splits",
+         harness.make_paged([1, 45, 130], page_size=16, group=4, head_dim=128,
+                            dtype=torch.bfloat16, device="cuda"), dict(num_splits=3)),
+        ("paged chunked prefill, prefill tiles, 2 splits, NHD",
+         harness.make_paged([70, 200], page_size=8, group=2, head_dim=64, dtype=torch.float16,
+                            device="cuda", kv_layout="NHD", q_lens=[70, 33]),
+         dict(num_splits=2, max_q_len=70)),
+        ("paged spec decode, head_dim 256, 1 split, window",
+         harness.make_paged([300, 3], page_size=32, group=1, head_dim=256, dtype=torch.bfloat16,
+                            device="cuda", q_lens=[3, 3]),
+         dict(num_splits=1, window_left=50, max_q_len=3)),
+        ("ragged causal, 2 splits, soft cap, q > kv",
+         harness.make_ragged([90, 20], [40, 150], group=4, head_dim=128, dtype=torch.float16,
+                             device="cuda"), dict(num_splits=2, logits_soft_cap=10.0, max_q_len=90)),
+        ("ragged non-causal, 1 split, strided",
+         harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
+                             device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),
+    ]
+    failed = 0
+    for name, problem, options in cases:
+        out, lse = problem.run(workspace, return_lse=True, **options)
+        torch.cuda.synchronize()
+        expected, _ = problem.reference(**options)
+        error = float((out.cpu().double() - expected).abs().max()) if out.numel() else 0.0
+        zero = int(workspace.counter_region().count_nonzero()) == 0
+        ok = zero and error < 2e-2
+        failed += not ok
+        print(f"{'ok ' if ok else 'BAD'} {name}: max abs error {error:.2e}, counters zero: {zero}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
