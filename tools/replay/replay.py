@@ -1,0 +1,147 @@
+"""Replays the Azure LLM inference trace through splitkv with continuous batching.
+
+    ./tools/bazel run //:replay -- --max_requests=20
+
+See tools/replay/README.md for the model of time, the scheduler and the checks. Exits 0
+when every check passed, 1 when one failed (or a call raised), 2 for a refused option or
+trace (absl's own flag parsing errors exit 1).
+"""
+
+import os
+import sys
+
+from absl import app
+from absl import flags
+import torch
+
+import splitkv
+from tools.replay import presets
+from tools.replay.runner import FAULTS, ReplayConfig, run_replay
+from tools.replay.summary import format_summary, summary_rows
+from tools.replay.trace import load_trace
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_DEFAULT_TRACE = "data/azure_llm_inference_2023/conv.csv"
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("trace", _DEFAULT_TRACE,
+                    "Trace CSV (TIMESTAMP, ContextTokens, GeneratedTokens); the default is the Azure "
+                    "conversation trace in the repository (CC BY 4.0, see its README.md).")
+flags.DEFINE_integer("max_requests", 200, "Requests replayed from the top of the trace; 0 replays all.")
+flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"],
+                  "auto: cuda when torch sees a GPU and splitkv has its CUDA backend, else cpu.")
+flags.DEFINE_enum("model", presets.DEFAULT_PRESET, sorted(presets.PRESETS),
+                  "Attention shape preset: " + "; ".join(
+                      f"{name}: {p.num_qo_heads}/{p.num_kv_heads} heads, head_dim {p.head_dim}, "
+                      f"page {p.page_size} ({p.description})" for name, p in sorted(presets.PRESETS.items())))
+flags.DEFINE_enum("dtype", "bfloat16", sorted(_DTYPES), "Q/K/V and output dtype.")
+flags.DEFINE_enum("kv_layout", "HND", ["HND", "NHD"], "Layout of the paged KV cache.")
+flags.DEFINE_integer("page_size", 0, "Tokens per page; 0 takes the preset's.")
+flags.DEFINE_integer("num_pages", 8192, "Pages in the KV pool (a request waits while its pages do not fit).")
+flags.DEFINE_integer("max_batch_size", 128, "Most requests prefilling or decoding in one step.")
+flags.DEFINE_integer("max_prefill_tokens", 16384,
+                     "Most prompt tokens prefilled in one step (one request is always admitted).")
+flags.DEFINE_float("step_ms", 20.0, "Simulated time one step takes; maps trace timestamps to steps.")
+flags.DEFINE_integer("max_generated_tokens", 0,
+                     "Cap on GeneratedTokens replayed per request; 0 replays the trace's counts. "
+                     "The summary prints the cap in force.")
+flags.DEFINE_integer("check_every", 10,
+                     "Check every Nth prefill call and every Nth decode call (from the first) "
+                     "against float64; 0 turns output checks off (the counter region is checked "
+                     "after every step regardless).")
+flags.DEFINE_integer("seed", 0, "Seeds the Q/K/V values and the page allocator's order.")
+flags.DEFINE_integer("workspace_mb", 128, "Workspace size in MiB (counter region included).")
+flags.DEFINE_integer("prefill_num_splits", 0, "Forces num_splits on the ragged prefills; 0 lets the planner choose.")
+flags.DEFINE_integer("decode_num_splits", 0, "Forces num_splits on the paged decodes; 0 lets the planner choose.")
+flags.DEFINE_integer("torch_threads", 1,
+                     "Threads for the replay's own CPU torch work (token data, cache writes, float64 "
+                     "checks); 0 keeps torch's default. splitkv's CPU backend has its own pool "
+                     "(SPLITKV_NUM_THREADS). One thread keeps these small ops from fighting that pool "
+                     "for the cores, which made them 5-20x slower with two.")
+flags.DEFINE_bool("progress", True, "Show a progress bar.")
+flags.DEFINE_enum("inject_fault", "none", list(FAULTS),
+                  "Testing the checks only: 'output' perturbs the first checked output, 'counter' "
+                  "leaves a counter nonzero after step 0; either must make the replay exit 1.")
+
+
+def _user_path(path):
+    """A relative --trace is taken from where `bazel run` was started; the default from the repo."""
+    if os.path.isabs(path):
+        return path
+    if path != _DEFAULT_TRACE and "BUILD_WORKING_DIRECTORY" in os.environ:
+        return os.path.join(os.environ["BUILD_WORKING_DIRECTORY"], path)
+    return os.path.join(_REPO_ROOT, path)
+
+
+def _device(name):
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() and splitkv.cuda_backend_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise _refuse("replay: --device invalid: expected a device torch can use, got 'cuda' "
+                             "(torch.cuda.is_available() is False); use --device=cpu")
+    return torch.device(name)
+
+
+def _refuse(message):
+    """A refused option: absl prints the message and exits 2."""
+    return app.UsageError(message, exitcode=2)
+
+
+def _positive(name, value, low=1):
+    if value < low:
+        raise _refuse(f"replay: --{name} invalid: expected >= {low}, got {value}")
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise _refuse(f"replay: unexpected arguments: expected only flags, got {argv[1:]}")
+    for name, low in (("max_requests", 0), ("num_pages", 1), ("max_batch_size", 1),
+                      ("max_prefill_tokens", 1), ("max_generated_tokens", 0), ("check_every", 0),
+                      ("workspace_mb", 1), ("page_size", 0), ("prefill_num_splits", 0),
+                      ("decode_num_splits", 0), ("torch_threads", 0)):
+        _positive(name, getattr(FLAGS, name), low)
+    if not FLAGS.step_ms > 0:
+        raise _refuse(f"replay: --step_ms invalid: expected > 0, got {FLAGS.step_ms}")
+    if FLAGS.torch_threads:
+        torch.set_num_threads(FLAGS.torch_threads)
+    shape = presets.get_preset(FLAGS.model)
+    if FLAGS.page_size:
+        shape = presets.AttentionShape(shape.num_qo_heads, shape.num_kv_heads, shape.head_dim,
+                                       FLAGS.page_size, shape.description)
+    trace_path = _user_path(FLAGS.trace)
+    try:
+        requests = load_trace(trace_path, FLAGS.max_requests)
+    except ValueError as e:
+        print(f"replay: {e}", file=sys.stderr)
+        return 2
+    config = ReplayConfig(
+        requests=requests, shape=shape, device=_device(FLAGS.device), dtype=_DTYPES[FLAGS.dtype],
+        kv_layout=FLAGS.kv_layout, num_pages=FLAGS.num_pages, max_batch_size=FLAGS.max_batch_size,
+        max_prefill_tokens=FLAGS.max_prefill_tokens, step_seconds=FLAGS.step_ms / 1e3,
+        max_generated_tokens=FLAGS.max_generated_tokens, check_every=FLAGS.check_every,
+        seed=FLAGS.seed, workspace_bytes=FLAGS.workspace_mb << 20,
+        prefill_num_splits=FLAGS.prefill_num_splits, decode_num_splits=FLAGS.decode_num_splits,
+        inject_fault=FLAGS.inject_fault, progress=FLAGS.progress)
+    try:
+        result = run_replay(config)
+    except ValueError as e:  # options the scheduler or splitkv refuse before the first step
+        print(f"replay: {e}", file=sys.stderr)
+        return 2
+    shown = FLAGS.trace if FLAGS.trace == _DEFAULT_TRACE else trace_path
+    which = f"first {len(requests)}" if FLAGS.max_requests else f"all {len(requests)}"
+    print(format_summary(summary_rows(config, result, f"{shown} ({which} requests)", FLAGS.model)))
+    failures = result.check_stats.failures
+    for message in failures[:10]:
+        print("check failed: " + message, file=sys.stderr)
+    if len(failures) > 10:
+        print(f"... and {len(failures) - 10} more failed checks", file=sys.stderr)
+    if result.counter_failure:
+        print("check failed: " + result.counter_failure, file=sys.stderr)
+    if result.error:
+        print("replay stopped: " + result.error, file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    app.run(main)

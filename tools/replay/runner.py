@@ -1,0 +1,209 @@
+"""The replay loop: schedule a step, write its tokens into the paged cache, run its ragged
+prefill and paged decode through splitkv with one workspace, check, repeat."""
+
+import dataclasses
+import math
+import time
+
+import torch
+import tqdm
+
+import splitkv
+from tools.replay import checks
+from tools.replay.page_allocator import PageAllocator
+from tools.replay.paged_cache import PagedKvCache
+from tools.replay.scheduler import Scheduler
+from tools.replay.timing import AttentionTimer
+from tools.replay.token_source import TokenSource
+
+FAULTS = ("none", "output", "counter")
+
+
+@dataclasses.dataclass
+class ReplayConfig:
+    requests: list  # TraceRequest
+    shape: object  # presets.AttentionShape
+    device: torch.device
+    dtype: torch.dtype
+    kv_layout: str = "HND"
+    num_pages: int = 8192
+    max_batch_size: int = 128
+    max_prefill_tokens: int = 16384
+    step_seconds: float = 0.02
+    max_generated_tokens: int = 0
+    check_every: int = 10
+    seed: int = 0
+    workspace_bytes: int = 128 << 20
+    prefill_num_splits: int = 0
+    decode_num_splits: int = 0
+    inject_fault: str = "none"  # testing the checks themselves
+    progress: bool = True
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    steps: int = 0
+    prefill_calls: int = 0
+    decode_calls: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    finished: int = 0
+    simulated_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    wall_s: float = 0.0
+    peak_batch_size: int = 0
+    peak_waiting: int = 0
+    peak_pages_in_use: int = 0
+    workspace_bytes: int = 0
+    counter_region_bytes: int = 0
+    counter_steps_checked: int = 0
+    counter_failure: str = None
+    check_stats: checks.CheckStats = None
+    error: str = None  # an exception from a call, which stops the replay
+    # Calls whose plan split the KV (num_splits > 1, so they used counters), and the most splits.
+    split_calls: dict = dataclasses.field(default_factory=lambda: {"prefill": 0, "decode": 0})
+    max_num_splits: dict = dataclasses.field(default_factory=lambda: {"prefill": 1, "decode": 1})
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.counter_failure is None and not self.check_stats.failures
+
+
+def workspace_buffer(workspace) -> torch.Tensor:
+    return workspace if isinstance(workspace, torch.Tensor) else workspace.tensor
+
+
+class _StepRunner:
+    """Runs the attention calls of one step and the sampled checks."""
+
+    def __init__(self, config, cache, tokens, workspace, timer, stats, result):
+        self.config = config
+        self.cache = cache
+        self.tokens = tokens
+        self.workspace = workspace
+        self.timer = timer
+        self.stats = stats
+        self.result = result
+        self.sm_scale = 1.0 / math.sqrt(config.shape.head_dim)
+        self.fault_pending = config.inject_fault == "output"
+
+    def _attend(self, kind, op, plan_op, *args, **kwargs):
+        """Runs op timed, after asking plan_op (same arguments) how many splits it will use."""
+        num_splits = plan_op(*args, **kwargs).num_splits
+        if num_splits > 1:
+            self.result.split_calls[kind] += 1
+            self.result.max_num_splits[kind] = max(self.result.max_num_splits[kind], num_splits)
+        self.timer.start()
+        out, lse = op(*args, return_lse=True, **kwargs)
+        self.timer.stop(kind)
+        return out, lse
+
+    def _should_check(self, calls_so_far):
+        return self.config.check_every > 0 and calls_so_far % self.config.check_every == 0
+
+    def _faulty(self, out):
+        """out, or with --inject_fault=output at the first check a copy with one wrong value."""
+        if not self.fault_pending:
+            return out
+        self.fault_pending = False
+        out = out.clone()
+        out[0, 0, 0] += 1.0
+        return out
+
+    def prefill(self, step, seqs):
+        lens = [seq.request.context_tokens for seq in seqs]
+        total = sum(lens)
+        q, k, v = self.tokens.draw(total)
+        page, offset = self.cache.prompt_slots(seqs)
+        self.cache.write(page, offset, k, v)
+        cu = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(self.config.device)
+        out, lse = self._attend(
+            "prefill", splitkv.ragged_attention, splitkv.plan_ragged_attention,
+            q, k, v, cu, cu, self.workspace, causal=True, sm_scale=self.sm_scale,
+            num_splits=self.config.prefill_num_splits or None, max_q_len=max(lens))
+        if self._should_check(self.result.prefill_calls):
+            checks.check_prefill(step, seqs, q, self._faulty(out), lse, self.cache, self.sm_scale, self.stats)
+        self.result.prefill_calls += 1
+        self.result.prefill_tokens += total
+
+    def decode(self, step, seqs):
+        q, k, v = self.tokens.draw(len(seqs))
+        page, offset = self.cache.next_token_slots(seqs)
+        self.cache.write(page, offset, k, v)
+        kv_lens = [seq.kv_len + 1 for seq in seqs]
+        seq_lens = torch.tensor(kv_lens, dtype=torch.int32).to(self.config.device)
+        block_tables = self.cache.block_tables(seqs)
+        out, lse = self._attend(
+            "decode", splitkv.paged_attention, splitkv.plan_paged_attention,
+            q, self.cache.kv_cache, block_tables, seq_lens, self.workspace,
+            kv_layout=self.config.kv_layout, causal=True, sm_scale=self.sm_scale,
+            num_splits=self.config.decode_num_splits or None, max_q_len=1)
+        if self._should_check(self.result.decode_calls):
+            checks.check_decode(step, seqs, kv_lens, q, self._faulty(out), lse, self.cache, self.sm_scale,
+                                self.stats)
+        self.result.decode_calls += 1
+        self.result.decode_tokens += len(seqs)
+
+
+def run_replay(config: ReplayConfig) -> ReplayResult:
+    """Replays config.requests; returns what happened (never raises for a failed check)."""
+    if config.inject_fault not in FAULTS:
+        raise ValueError(f"replay: inject_fault invalid: expected one of {FAULTS}, got {config.inject_fault!r}")
+    wall_start = time.perf_counter()
+    shape = config.shape
+    allocator = PageAllocator(config.num_pages, seed=config.seed)
+    scheduler = Scheduler(config.requests, allocator, shape.page_size, config.max_batch_size,
+                          config.max_prefill_tokens, config.step_seconds, config.max_generated_tokens)
+    cache = PagedKvCache(config.num_pages, shape.num_kv_heads, shape.page_size, shape.head_dim,
+                         config.dtype, config.device, config.kv_layout, config.max_batch_size,
+                         scheduler.max_pages_per_seq)
+    tokens = TokenSource(config.seed, config.device, config.dtype, shape.num_qo_heads,
+                         shape.num_kv_heads, shape.head_dim)
+    # One workspace for the whole replay, zeroed once here and never again.
+    workspace = splitkv.Workspace(config.workspace_bytes, config.device)
+    buffer = workspace_buffer(workspace)
+    monitor = checks.CounterRegionMonitor(buffer, splitkv.COUNTER_REGION_BYTES)
+    timer = AttentionTimer(config.device)
+    stats = checks.CheckStats()
+    result = ReplayResult(check_stats=stats, workspace_bytes=buffer.numel(),
+                          counter_region_bytes=splitkv.COUNTER_REGION_BYTES)
+    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result)
+
+    bar = tqdm.tqdm(total=len(config.requests), unit="req", desc="replay", disable=not config.progress,
+                    dynamic_ncols=True)
+    while not scheduler.done():
+        plan = scheduler.next_step()
+        cache.add_pages(plan.new_pages)
+        try:
+            if plan.prefill:
+                runner.prefill(plan.step, plan.prefill)
+            if plan.decode:
+                runner.decode(plan.step, plan.decode)
+        except (ValueError, TypeError, RuntimeError) as e:
+            result.error = f"step {plan.step}: {type(e).__name__}: {e}"
+            break
+        if config.inject_fault == "counter" and plan.step == 0:
+            buffer[4 * 1000] = 1  # counter 1000 left nonzero, as a broken merge would
+        if not monitor.after_step(plan.step):
+            break
+        finished = scheduler.complete_step(plan)
+        if finished:
+            bar.update(len(finished))
+        if plan.step % 64 == 0:
+            bar.set_postfix(step=plan.step, batch=len(plan.decode) + len(plan.prefill), refresh=False)
+    monitor.flush()
+    bar.close()
+
+    result.steps = scheduler.step
+    result.finished = scheduler.finished
+    result.simulated_s = scheduler.clock_s - config.requests[0].arrival_s
+    result.prefill_s = timer.seconds("prefill")
+    result.decode_s = timer.seconds("decode")
+    result.peak_batch_size = scheduler.peak_batch_size
+    result.peak_waiting = scheduler.peak_waiting
+    result.peak_pages_in_use = allocator.peak_pages_in_use
+    result.counter_steps_checked = monitor.steps_checked
+    result.counter_failure = monitor.failure
+    result.wall_s = time.perf_counter() - wall_start
+    return result

@@ -1,0 +1,76 @@
+"""The replay's closing summary table."""
+
+from tools.replay import checks
+
+
+def _seconds(s):
+    return f"{s:.2f} s"
+
+
+def _plural(count, noun):
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _splits(result, kind, calls):
+    split = result.split_calls[kind]
+    most = f" (up to {result.max_num_splits[kind]} splits)" if split else ""
+    return f"{split} of {calls}{most}"
+
+
+def summary_rows(config, result, trace_description, model_name):
+    shape = config.shape
+    stats = result.check_stats
+    attention_s = result.prefill_s + result.decode_s
+    tokens = result.prefill_tokens + result.decode_tokens
+    atol, rtol = checks.OUTPUT_TOLERANCES[config.dtype]
+    cap = config.max_generated_tokens
+    if result.counter_failure:
+        counter_state = "FAIL: " + result.counter_failure
+    else:
+        counter_state = (f"all zero after each of {result.counter_steps_checked} steps "
+                         f"(bytes [0, {result.counter_region_bytes}), never re-zeroed)")
+    if config.check_every == 0:
+        checked = "off (--check_every=0)"
+    else:
+        every = "every call" if config.check_every == 1 else f"every {config.check_every}th call of each kind"
+        checked = (f"{stats.calls['prefill']} prefill + {stats.calls['decode']} decode calls "
+                   f"({stats.requests} request checks), {every}")
+    return [
+        ("trace", trace_description),
+        ("model", f"{model_name}: {_plural(shape.num_qo_heads, 'qo head')}, "
+                  f"{_plural(shape.num_kv_heads, 'kv head')}, "
+                  f"head_dim {shape.head_dim}, page_size {shape.page_size}"),
+        ("device, dtype", f"{config.device.type}, {str(config.dtype).replace('torch.', '')}, "
+                          f"kv_layout {config.kv_layout}"),
+        ("requests", f"{len(config.requests)} replayed, {result.finished} finished"),
+        ("prefill tokens", f"{result.prefill_tokens:,} in {result.prefill_calls} ragged calls"),
+        ("decode tokens", f"{result.decode_tokens:,} in {result.decode_calls} paged calls"),
+        ("generated-token cap", "none (the trace's GeneratedTokens)" if cap == 0 else f"{cap} per request"),
+        ("steps", f"{result.steps} ({config.step_seconds * 1e3:g} ms simulated each, "
+                  f"{result.simulated_s:.1f} s of trace time); peak batch {result.peak_batch_size}, "
+                  f"peak waiting {result.peak_waiting}"),
+        ("KV pages", f"pool {config.num_pages}, peak in use {result.peak_pages_in_use}"),
+        ("workspace", f"{result.workspace_bytes:,} bytes, one for all calls"),
+        ("split-KV calls", f"prefill {_splits(result, 'prefill', result.prefill_calls)}, "
+                           f"decode {_splits(result, 'decode', result.decode_calls)}: "
+                           f"these used the counters"),
+        ("attention time", f"{_seconds(attention_s)} (prefill {_seconds(result.prefill_s)}, "
+                           f"decode {_seconds(result.decode_s)}); "
+                           f"{tokens / attention_s if attention_s else 0:,.0f} tokens/s"),
+        ("float64 checks", checked),
+        ("max abs error", f"out {stats.max_out_error:.3g} (tolerance {atol:g} + {rtol:g}*|ref|), "
+                          f"lse {stats.max_lse_error:.3g} (tolerance {checks.LSE_ATOL:g}); "
+                          f"{len(stats.failures)} failed"),
+        ("counter region", counter_state),
+        ("wall time", _seconds(result.wall_s)),
+        ("result", "PASS" if result.ok else "FAIL" + (f" ({result.error})" if result.error else "")),
+    ]
+
+
+def format_summary(rows):
+    width = max(len(name) for name, _ in rows)
+    rule = "-" * (width + 2 + max(len(value) for _, value in rows))
+    lines = ["splitkv replay summary", rule]
+    lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
+    lines.append(rule)
+    return "\n".join(lines)
