@@ -1,0 +1,121 @@
+"""Random inputs of a case, in as many copies as it takes to exceed the cache.
+
+Every implementation reads the same values: a decode case's KV is drawn once as
+contiguous `[batch, num_kv_heads, kv_len, head_dim]` tensors (what SDPA reads), and each
+paged cache is scattered from them into randomly permuted pages (what splitkv reads).
+"""
+
+import dataclasses
+import math
+
+import torch
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def randn(shape, dtype, device, generator):
+    return torch.randn(shape, dtype=torch.float32 if device.type == "cpu" else dtype,
+                       device=device, generator=generator).to(dtype)
+
+
+def num_copies(copy_bytes, rotate_bytes, limit=64):
+    """Copies whose total reaches rotate_bytes (at least 1, at most limit)."""
+    return max(1, min(limit, math.ceil(rotate_bytes / max(1, copy_bytes))))
+
+
+def kv_bytes(case, dtype):
+    """Bytes of K and V the requests' tokens hold, each counted once."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return sum(case.seq_lens()) * case.num_kv_heads * case.head_dim * 2 * element
+
+
+@dataclasses.dataclass
+class DecodeCopy:
+    q: torch.Tensor  # [batch, num_qo_heads, head_dim]
+    k: torch.Tensor  # [batch, num_kv_heads, kv_len, head_dim], contiguous
+    v: torch.Tensor
+
+
+def decode_copies(case, dtype, device, copies, generator):
+    shape_kv = (case.batch, case.num_kv_heads, case.kv_len, case.head_dim)
+    return [DecodeCopy(randn((case.batch, case.num_qo_heads, case.head_dim), dtype, device, generator),
+                       randn(shape_kv, dtype, device, generator),
+                       randn(shape_kv, dtype, device, generator)) for _ in range(copies)]
+
+
+@dataclasses.dataclass
+class PagedCopy:
+    q: torch.Tensor
+    kv_cache: torch.Tensor  # HND [num_pages, 2, kv heads, page, d] or NHD [num_pages, 2, page, kv heads, d]
+    block_tables: torch.Tensor  # [batch, pages_per_seq] int32
+    seq_lens: torch.Tensor  # [batch] int32
+
+
+def paged_copy(copy, page_size, kv_layout, generator, chunk_bytes=512 << 20):
+    """copy's KV scattered into pages in random order; the tails of last pages are random.
+
+    Filled a few requests at a time, so the only memory beyond the cache is one chunk.
+    """
+    batch, num_kv_heads, kv_len, head_dim = copy.k.shape
+    device, dtype = copy.k.device, copy.k.dtype
+    pages_per_seq = -(-kv_len // page_size)
+    num_pages = batch * pages_per_seq
+    page_shape = ((num_kv_heads, page_size, head_dim) if kv_layout == "HND"
+                  else (page_size, num_kv_heads, head_dim))
+    cache = randn((num_pages, 2) + page_shape, dtype, device, generator)
+    # The same storage seen as HND, so one fill serves both layouts.
+    cache_hnd = cache if kv_layout == "HND" else cache.transpose(2, 3)
+    order = torch.randperm(num_pages, device=device, generator=generator)
+    block_tables = order.to(torch.int32).view(batch, pages_per_seq)
+    pages = order.view(batch, pages_per_seq)
+    full, rem = divmod(kv_len, page_size)
+    per_request = num_kv_heads * kv_len * head_dim * copy.k.element_size()
+    step = max(1, chunk_bytes // max(1, per_request))
+    for begin in range(0, batch, step):
+        end = min(batch, begin + step)
+        for half, x in enumerate((copy.k, copy.v)):
+            chunk = x[begin:end]
+            if full:
+                src = chunk[:, :, :full * page_size].reshape(
+                    end - begin, num_kv_heads, full, page_size, head_dim).transpose(1, 2)
+                cache_hnd[pages[begin:end, :full].reshape(-1), half] = src.reshape(
+                    -1, num_kv_heads, page_size, head_dim)
+            if rem:
+                cache_hnd[pages[begin:end, full], half, :, :rem] = chunk[:, :, full * page_size:]
+    seq_lens = torch.full((batch,), kv_len, dtype=torch.int32, device=device)
+    return PagedCopy(copy.q, cache, block_tables, seq_lens)
+
+
+def gather_pages(kv_cache, block_tables, kv_len, kv_layout):
+    """k and v as [batch, num_kv_heads, kv_len, head_dim] gathered from the pages: what a
+    user without a paged kernel does before calling SDPA."""
+    batch, pages_per_seq = block_tables.shape
+    pages = kv_cache[block_tables.long()]  # [batch, pages_per_seq, 2, ...]
+    if kv_layout == "NHD":  # [.., 2, page, kv heads, d] -> [.., 2, kv heads, page, d]
+        pages = pages.transpose(3, 4)
+    _, _, _, num_kv_heads, page_size, head_dim = pages.shape
+    kv = pages.permute(2, 0, 3, 1, 4, 5).reshape(2, batch, num_kv_heads, pages_per_seq * page_size,
+                                                 head_dim)
+    return kv[0, :, :, :kv_len], kv[1, :, :, :kv_len]
+
+
+@dataclasses.dataclass
+class PrefillCopy:
+    q: torch.Tensor  # [total, num_qo_heads, head_dim]
+    k: torch.Tensor  # [total, num_kv_heads, head_dim]
+    v: torch.Tensor
+
+
+def prefill_copies(case, dtype, device, copies, generator):
+    total = sum(case.lengths)
+    return [PrefillCopy(randn((total, case.num_qo_heads, case.head_dim), dtype, device, generator),
+                        randn((total, case.num_kv_heads, case.head_dim), dtype, device, generator),
+                        randn((total, case.num_kv_heads, case.head_dim), dtype, device, generator))
+            for _ in range(copies)]
+
+
+def cu_seqlens(lengths, device):
+    offsets = [0]
+    for n in lengths:
+        offsets.append(offsets[-1] + n)
+    return torch.tensor(offsets, dtype=torch.int32, device=device)

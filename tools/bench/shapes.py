@@ -1,0 +1,160 @@
+"""The problems the bench measures, grouped in presets (--shapes).
+
+A decode case is `batch` requests of `kv_len` keys each with one new query token; a
+prefill case is a ragged batch of causal self-attention over `seq_lens` (q_len == kv_len);
+a merge case times one splitkv decode with num_splits forced to 1, left to the planner, and
+forced above 1, so the cost of the split-KV merge shows apart from the attention itself.
+"""
+
+import csv
+import dataclasses
+import random
+
+# Llama-3-8B on one GPU: 32 query heads share 8 KV heads (GQA group 4), head_dim 128.
+NUM_QO_HEADS = 32
+NUM_KV_HEADS = 8
+HEAD_DIM = 128
+TRACE_COLUMN = "ContextTokens"
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeCase:
+    batch: int
+    kv_len: int
+    head_dim: int = HEAD_DIM
+    page_sizes: tuple = (16,)
+    dtype: str = ""  # "": the --dtype flag's (or the device's default)
+    num_qo_heads: int = NUM_QO_HEADS
+    num_kv_heads: int = NUM_KV_HEADS
+
+    section = "decode"
+
+    def label(self):
+        return f"{self.batch} x {self.kv_len} d{self.head_dim}"
+
+    def seq_lens(self):
+        return (self.kv_len,) * self.batch
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefillCase:
+    lengths: tuple  # q_len == kv_len of each request
+    name: str
+    head_dim: int = HEAD_DIM
+    dtype: str = ""
+    causal: bool = True
+    num_qo_heads: int = NUM_QO_HEADS
+    num_kv_heads: int = NUM_KV_HEADS
+
+    section = "prefill"
+
+    def label(self):
+        return f"{self.name} d{self.head_dim}"
+
+    def seq_lens(self):
+        return self.lengths
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeCase:
+    batch: int
+    kv_len: int
+    forced_splits: tuple = (2, 4)
+    head_dim: int = HEAD_DIM
+    page_size: int = 16
+    dtype: str = ""
+    num_qo_heads: int = NUM_QO_HEADS
+    num_kv_heads: int = NUM_KV_HEADS
+
+    section = "merge"
+
+    def label(self):
+        return f"{self.batch} x {self.kv_len} d{self.head_dim} p{self.page_size}"
+
+    def seq_lens(self):
+        return (self.kv_len,) * self.batch
+
+
+def uniform_prefill(batch, seq_len, **kwargs):
+    return PrefillCase((seq_len,) * batch, f"{batch} x {seq_len}", **kwargs)
+
+
+def trace_lengths(path, count, seed=0, max_len=0):
+    """`count` prompt lengths drawn (without replacement, seeded) from a trace CSV's
+    ContextTokens column, each clipped to `max_len` when it is > 0."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if TRACE_COLUMN not in (reader.fieldnames or []):
+            raise ValueError(f"bench: trace {path} has no {TRACE_COLUMN} column: expected it among "
+                             f"{reader.fieldnames}")
+        lengths = [int(row[TRACE_COLUMN]) for row in reader]
+    if len(lengths) < count:
+        raise ValueError(f"bench: trace {path} too short: expected >= {count} rows, got {len(lengths)}")
+    drawn = random.Random(seed).sample(lengths, count)
+    return tuple(min(n, max_len) if max_len > 0 else n for n in drawn)
+
+
+def trace_prefill(path, count, max_len=0, **kwargs):
+    lengths = trace_lengths(path, count, max_len=max_len)
+    return PrefillCase(lengths, f"trace {count} reqs ({sum(lengths)} tok)", **kwargs)
+
+
+def _quick(trace):
+    """The key targets on one GPU in about two minutes: Llama-3-8B shapes, page 16."""
+    decode = [DecodeCase(b, n) for b, n in ((64, 4096), (1, 32768), (16, 4096), (16, 8192),
+                                            (1, 131072))]
+    prefill = [uniform_prefill(4, 4096), uniform_prefill(1, 16384), trace_prefill(trace, 16)]
+    merge = [MergeCase(64, 4096)]
+    return decode + prefill + merge
+
+
+def _full(trace):
+    """The whole grid of issue 6 (tens of minutes on one GPU)."""
+    cases = []
+    for head_dim in (128, 64, 256):
+        for batch in (1, 8, 64, 256):
+            for kv_len in (1024, 2048, 4096, 8192, 16384, 32768):
+                cases.append(DecodeCase(batch, kv_len, head_dim, page_sizes=(16, 64)))
+        cases.append(DecodeCase(1, 131072, head_dim, page_sizes=(16, 64)))
+        cases += [uniform_prefill(1, 16384, head_dim=head_dim),
+                  uniform_prefill(4, 4096, head_dim=head_dim),
+                  uniform_prefill(8, 2048, head_dim=head_dim),
+                  trace_prefill(trace, 16, head_dim=head_dim)]
+    cases += [MergeCase(64, 4096), MergeCase(256, 4096)]
+    return cases
+
+
+def _cpu(trace):
+    """The 2-core CPU backend beside torch's CPU SDPA (BUILD_NOTES' figures)."""
+    return [
+        DecodeCase(8, 2048, dtype="float32"),
+        DecodeCase(8, 2048, dtype="bfloat16"),
+        uniform_prefill(1, 2048, dtype="float32"),
+        uniform_prefill(1, 2048, dtype="bfloat16"),
+        MergeCase(32, 2048, dtype="float32"),
+    ]
+
+
+def _tiny(trace):
+    """A few seconds on the CPU: every section and code path, for the test."""
+    small = dict(head_dim=64, num_qo_heads=8, num_kv_heads=2)
+    return [
+        DecodeCase(3, 300, page_sizes=(16, 64), dtype="float32", **small),
+        DecodeCase(2, 200, dtype="bfloat16", **small),
+        uniform_prefill(2, 100, dtype="float32", **small),
+        trace_prefill(trace, 4, max_len=200, dtype="float32", **small),
+        MergeCase(8, 256, forced_splits=(2,), dtype="float32", **small),
+    ]
+
+
+PRESETS = {"quick": _quick, "full": _full, "cpu": _cpu, "tiny": _tiny}
+
+
+def preset_cases(name, device_type, trace):
+    """The cases of preset `name` ("auto": quick on CUDA, cpu on the CPU)."""
+    if name == "auto":
+        name = "quick" if device_type == "cuda" else "cpu"
+    if name not in PRESETS:
+        raise ValueError(f"bench: --shapes invalid: expected auto or one of {sorted(PRESETS)}, "
+                         f"got {name!r}")
+    return name, PRESETS[name](trace)
