@@ -1,8 +1,22 @@
-// Typed exceptions thrown by splitkv's C++ API.
+// Typed exceptions thrown by splitkv's C++ API (launchers.h says which call throws which).
 //
-// Every message has the form "<op>: <argument> <problem>: expected <X>, got <Y>[; <fix>]".
-// InvalidArgument derives from std::invalid_argument, so pybind11 turns it into ValueError;
-// CudaError derives from std::runtime_error (RuntimeError in Python).
+//   std::invalid_argument
+//     InvalidArgument        the caller passed something wrong; fix the call
+//       WorkspaceError       ... about the workspace (size, alignment, counters)
+//       UnsupportedError     ... valid, but not in this build or on this backend
+//   std::runtime_error
+//     CudaError              the CUDA runtime reported an error (a failed launch, or an
+//                            earlier kernel's fault surfacing); the work was not enqueued
+//
+// Every message has the form "<op>: <argument> <problem>: expected <X>, got <Y>[; <fix>]"
+// (op: paged_attention, ragged_attention, check_counter_region), e.g.
+// "paged_attention: workspace too small: need 9437440 bytes for num_splits=4, got 8388608;
+// pass a larger workspace or let the planner choose num_splits"; a CudaError message is
+// mostly "<op>: <cudaGetErrorString>". Catch the most derived class you handle first. A refused
+// call has written nothing. pybind11 turns the std::invalid_argument family into
+// ValueError and CudaError into RuntimeError. Beyond these, only the standard library's
+// own failures (std::bad_alloc, std::system_error from starting the CPU thread pool) can
+// escape a call.
 #ifndef SPLITKV_ERRORS_H_
 #define SPLITKV_ERRORS_H_
 

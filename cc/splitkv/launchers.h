@@ -1,14 +1,34 @@
-// The public entry points: validate, plan, dispatch to a backend.
+// The public entry points: validate, plan, dispatch to a backend. Link libsplitkv.a (or
+// depend on //cc/splitkv:splitkv); no Python, no libtorch.
 //
-// Both launchers check every argument and throw a typed exception (errors.h) naming the
-// argument, the value and what was expected; a refused call touches nothing (the counter
-// region stays zero). On the CPU backend the call is synchronous. On the CUDA backend the
-// work is enqueued on params.stream and the call returns at once; index arrays live on the
-// device and are not read by the host (their values are trusted; shapes are checked).
+// Validation: both launchers check every argument before touching memory and throw a
+// typed exception (errors.h) whose message names the operation, the argument, the value and
+// what was expected; a refused call writes nothing (out, lse and the counter region are
+// untouched). Which values are checked depends on where they live:
+//   - shapes, strides, options, dtype/backend/head_dim support, and the workspace (null,
+//     alignment, size, what a forced num_splits needs): always;
+//   - index values (seq_lens, block_tables page ids, cu_seqlens prefix sums, max_q_len
+//     against cu_seqlens_q) and the counters being zero at rest: on the CPU backend only,
+//     where they are host memory. On CUDA they live on the device and are trusted: an
+//     out-of-range page id or length there is undefined behaviour, as in any CUDA kernel.
 //
-// Workspace ownership: the caller owns the buffer, zeroes it once when it is made, and
-// must not use one workspace from two launches at the same time (two threads or two
-// streams); use one workspace per stream.
+// Execution:
+//   - Backend::kCpu: synchronous. The work runs on a process-wide thread pool
+//     (SPLITKV_NUM_THREADS threads, else the hardware's count, the calling thread
+//     included); out and lse are complete when the call returns. Calls from several
+//     threads are serialised inside the pool; each needs its own workspace.
+//   - Backend::kCuda: asynchronous. One kernel is enqueued on params.stream on the current
+//     device (cudaSetDevice; every pointer must be that device's memory) and the call
+//     returns without synchronising. No allocation, memset or host sync: a launch can be
+//     captured in a CUDA graph and replayed. Keep every buffer alive until the stream has
+//     run the work. A launch failure throws CudaError; a fault while the kernel runs
+//     surfaces later, from the next CUDA call that synchronises.
+//
+// Workspace ownership (workspace_layout.h): the caller owns the buffer, zeroes it once when
+// it is made, and must not use one workspace from two launches at the same time (two
+// threads or two streams; the CPU backend detects a counter left nonzero, CUDA cannot). Use
+// one workspace per stream; launches on one stream may share it freely, since each leaves
+// the counters zero.
 #ifndef SPLITKV_LAUNCHERS_H_
 #define SPLITKV_LAUNCHERS_H_
 
@@ -18,25 +38,45 @@
 
 namespace splitkv {
 
-// Runs paged-KV attention; returns the plan it used (num_splits, workspace layout).
-// Throws InvalidArgument (bad shapes, strides, options, index values on the CPU),
-// WorkspaceError (too small, misaligned, corrupted counters), UnsupportedError (backend
-// or head_dim not in this build), CudaError (a CUDA call failed).
+// Runs paged-KV attention (params.h: PagedAttentionParams) and writes out (and lse when
+// non-null). Returns the plan it used: num_splits, num_tiles and the byte ranges of the
+// workspace it used. total_q == 0 validates, plans and launches nothing.
+// Throws:
+//   InvalidArgument  a shape, stride, option, null pointer or (CPU) index value is wrong;
+//                    on CUDA also a page_size that is not a power of two;
+//   WorkspaceError   the workspace is null, misaligned, smaller than kCounterRegionBytes,
+//                    too small for a forced num_splits, the problem needs more counters
+//                    than the region holds at a forced num_splits, or (CPU) a counter it
+//                    needs is nonzero;
+//   UnsupportedError Backend::kCuda in a build without it; on CUDA: float32 or a head_dim
+//                    other than 64/128/256;
+//   CudaError        a CUDA runtime call or the kernel launch failed (message: the
+//                    operation and cudaGetErrorString).
+// WorkspaceError and UnsupportedError derive from InvalidArgument (std::invalid_argument);
+// CudaError derives from std::runtime_error.
 SplitPlan LaunchPagedAttention(const PagedAttentionParams& params);
 
-// Runs ragged (varlen) attention; returns the plan it used. Throws as above.
+// Runs ragged (varlen) attention (params.h: RaggedAttentionParams); returns the plan it
+// used. Execution and exceptions as LaunchPagedAttention (there is no page_size).
 SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params);
 
-// The plan a call would use, without running it (validates shapes and the workspace,
-// not the data). Used to report the workspace layout.
+// The plan a call with these params would use, without running it: validates shapes,
+// options and the workspace's address and size, reads no tensor or workspace bytes, and
+// writes nothing. The same exceptions as the launchers, minus the index-value and counter
+// checks. On CUDA it queries the current device's SM count (cached per device). Use it to
+// report the workspace layout or to size a workspace before the first launch.
 SplitPlan PlanPagedAttention(const PagedAttentionParams& params);
 SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params);
 
-// Scans the counter region of a host workspace; throws WorkspaceError naming the first
-// nonzero counter (index and byte offset) and how many are nonzero.
+// Scans the counter region (the first kCounterRegionBytes bytes) of a workspace in HOST
+// memory: for a CUDA workspace, copy those bytes to the host first (after the stream has
+// run the launches). Returns if every counter is 0; otherwise throws WorkspaceError naming
+// how many are nonzero and the first one's index, byte offset and value. Throws
+// WorkspaceError for a null pointer or workspace_bytes < kCounterRegionBytes.
 void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes);
 
-// True when this build has the CUDA backend.
+// True when this build has the CUDA backend (built with --config=cuda); it does not check
+// for a GPU or a driver.
 bool CudaBackendAvailable();
 
 }  // namespace splitkv

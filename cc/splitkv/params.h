@@ -1,10 +1,18 @@
 // Parameters of the two operations, as plain pointers, shapes and strides: the C++ core
 // never sees a torch tensor, so it builds once and works with any torch version or none.
 //
-// Conventions: strides are in elements (not bytes); the innermost (head_dim) stride of
-// every tensor is 1. Index arrays (block_tables, seq_lens, cu_seqlens_*) are int32. On the
-// CPU backend every pointer is host memory; on the CUDA backend every pointer is device
-// memory of the current device and `stream` is the cudaStream_t the call runs on.
+// Conventions: strides are in elements (not bytes) and >= 0; the innermost (head_dim)
+// stride of every tensor is 1 (each head's head_dim elements are contiguous). Index arrays
+// (block_tables, seq_lens, cu_seqlens_*) are int32. On the CPU backend every pointer is host
+// memory; on the CUDA backend every pointer is device memory of the current device
+// (cudaSetDevice) and `stream` is the cudaStream_t the call is enqueued on. The caller owns
+// every buffer: the launchers never allocate, free or keep a pointer after the call (CPU)
+// or after the enqueued work has run (CUDA: keep the buffers alive until then). Inputs are
+// only read; out, lse and the workspace are written. Fill a struct field by field from its
+// defaults: a field left 0 or null is checked, and refused where it matters.
+//
+// Units: lengths and counts are tokens, heads, pages or elements as named; byte counts end
+// in `bytes`. Logits are in natural-log units (sm_scale multiplies q.k; exp, not exp2).
 #ifndef SPLITKV_PARAMS_H_
 #define SPLITKV_PARAMS_H_
 
@@ -13,9 +21,11 @@
 namespace splitkv {
 
 // Element type of q, k, v and out (codes are stable: the Python binding passes them).
+// float16 is IEEE binary16, bfloat16 the upper half of a float32; kFloat32 runs on the CPU
+// backend only (UnsupportedError on CUDA). Accumulation is float32 whatever the dtype.
 enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
-// Where the call runs.
+// Where the call runs. kCuda needs a build with the CUDA backend (CudaBackendAvailable()).
 enum class Backend : int32_t { kCpu = 0, kCuda = 1 };
 
 // Options shared by both operations.
@@ -23,48 +33,67 @@ struct AttentionOptions {
   // Mask the upper triangle, aligned to the end of the KV: query token i of a request
   // with q_len queries and kv_len keys sees keys j <= kv_len - q_len + i.
   bool causal = true;
-  // Sliding window: -1 for none, else a query at position p sees keys j >= p - window_left.
+  // Sliding window: -1 for none, else a query at position p sees keys j >= p - window_left
+  // (with causal, at most window_left + 1 keys). Below -1 is refused.
   int32_t window_left = -1;
-  // Soft cap c > 0 replaces a scaled logit s by c * tanh(s / c); 0 disables it.
+  // Soft cap c > 0 replaces a scaled logit s by c * tanh(s / c); 0 disables it. Negative or
+  // non-finite is refused.
   float logits_soft_cap = 0.0f;
   // Multiplies q.k before the softmax (natural units); the caller sets it, usually
-  // 1/sqrt(head_dim).
+  // 1/sqrt(head_dim) (the default 1.0 is NOT that). Must be finite.
   float sm_scale = 1.0f;
-  // 0: the planner chooses (and lowers it to fit the workspace); >= 1: forced, and the
-  // call is refused if the workspace cannot hold it.
+  // Splits of each request's KV. 0: the planner chooses (at most 64, lowered until the
+  // workspace and the counter region hold it; 1 needs no scratch). >= 1: forced, and the
+  // call is refused (WorkspaceError) if the workspace or the counter region cannot hold it.
   int32_t num_splits = 0;
 };
 
-// The caller's workspace: bytes [0, kCounterRegionBytes) must be zero at rest (zeroed
-// once when made); the base must be kWorkspaceAlignment-aligned. The call never frees it.
+// The caller's workspace (workspace_layout.h): bytes [0, kCounterRegionBytes) must be zero
+// at rest (zeroed once when made, never again: every launch leaves them zero); the base
+// must be kWorkspaceAlignment (256)-aligned; at least kCounterRegionBytes bytes. Host memory
+// for kCpu, device memory for kCuda. The caller owns it; the call never frees or keeps it.
+// One launch at a time per workspace: two threads or two streams need two workspaces.
 struct WorkspaceBuffer {
   void* data = nullptr;
-  int64_t bytes = 0;  // the buffer's real size
+  int64_t bytes = 0;  // the buffer's real size in bytes (not a maximum: the planner fits to it)
 };
 
 // Attention over a paged KV cache (decode, speculative decode, chunked prefill).
+//
+// Request b owns KV tokens 0 .. seq_lens[b] - 1, token t stored in page
+// block_tables[b][t / page_size] at slot t % page_size; its q_len queries are its last
+// q_len tokens (query i at position seq_lens[b] - q_len + i). A row that sees no key
+// (seq_lens[b] 0, q_len > seq_lens[b] under causal, a window excluding all) gets out 0 and
+// lse -inf. KV slots past seq_lens[b] and pages not listed are never read into a result.
 struct PagedAttentionParams {
-  // q [total_q, num_qo_heads, head_dim]; request b owns rows cu_seqlens_q[b]..cu_seqlens_q[b+1]
-  // (one row per request when cu_seqlens_q is null).
+  // q [total_q, num_qo_heads, head_dim] of `dtype`; request b owns rows
+  // cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (row b when cu_seqlens_q is null).
   const void* q = nullptr;
   int64_t q_stride_token = 0;
   int64_t q_stride_head = 0;
   // k and v pages: element (page, kv_head, slot, d) is at
   // page * k_stride_page + kv_head * k_stride_head + slot * k_stride_slot + d (same for v).
   // HND [num_pages, num_kv_heads, page_size, head_dim] and NHD
-  // [num_pages, page_size, num_kv_heads, head_dim] are two choices of these strides.
+  // [num_pages, page_size, num_kv_heads, head_dim] are two choices of these strides; k and
+  // v may be two halves of one [num_pages, 2, ...] allocation or separate ones. `dtype`.
+  // Contiguous HND: stride_page = num_kv_heads * page_size * head_dim,
+  // stride_head = page_size * head_dim, stride_slot = head_dim.
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   int64_t k_stride_page = 0, k_stride_head = 0, k_stride_slot = 0;
   int64_t v_stride_page = 0, v_stride_head = 0, v_stride_slot = 0;
-  // block_tables [batch_size, max_pages_per_seq]: page ids of each request, in order.
+  // block_tables [batch_size, max_pages_per_seq]: page ids in [0, num_pages) of each
+  // request, in order; entries past ceil(seq_lens[b] / page_size) are ignored.
   const int32_t* block_tables = nullptr;
-  int64_t block_tables_stride = 0;  // elements between rows
-  // seq_lens [batch_size]: KV length of each request (tokens, including its new queries).
+  int64_t block_tables_stride = 0;  // elements between rows, >= max_pages_per_seq
+  // seq_lens [batch_size]: KV length of each request (tokens, including its new queries), in
+  // [0, max_pages_per_seq * page_size].
   const int32_t* seq_lens = nullptr;
-  // cu_seqlens_q [batch_size + 1] or null (then total_q == batch_size).
+  // cu_seqlens_q [batch_size + 1] or null (then total_q == batch_size): prefix sums of
+  // q_len from 0, ending at total_q.
   const int32_t* cu_seqlens_q = nullptr;
-  // out [total_q, num_qo_heads, head_dim], same dtype as q.
+  // out [total_q, num_qo_heads, head_dim], same dtype as q; every row is written. It must
+  // not overlap q, k_cache, v_cache or the workspace.
   void* out = nullptr;
   int64_t out_stride_token = 0;
   int64_t out_stride_head = 0;
@@ -72,15 +101,17 @@ struct PagedAttentionParams {
   // the scaled (and capped) logits over the visible keys; -inf for a row that sees none.
   float* lse = nullptr;
 
-  int64_t batch_size = 0;
-  int64_t total_q = 0;
-  int64_t num_pages = 0;
-  int64_t page_size = 0;
-  int64_t max_pages_per_seq = 0;
-  int64_t num_qo_heads = 0;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
-  // Upper bound on q_len over requests (1 for decode); sizes the tile grid.
+  int64_t batch_size = 0;         // requests, >= 0
+  int64_t total_q = 0;            // query tokens (rows of q and out), >= 0; 0 launches nothing
+  int64_t num_pages = 0;          // pages in the cache, >= 1
+  int64_t page_size = 0;          // tokens per page, >= 1 (a power of two on CUDA)
+  int64_t max_pages_per_seq = 0;  // columns of block_tables, >= 1
+  int64_t num_qo_heads = 0;       // a multiple of num_kv_heads (GQA/MQA)
+  int64_t num_kv_heads = 0;       // >= 1
+  int64_t head_dim = 0;           // elements per head: 1..1024 on the CPU, 64/128/256 on CUDA
+  // Upper bound on q_len over requests (1 for decode), >= 1; sizes the tile grid. The CPU
+  // backend checks it against cu_seqlens_q; on CUDA a bound that is too small is not
+  // detected (rows past it are not computed).
   int64_t max_q_len = 1;
   // Upper bound on seq_lens (guides the num_splits heuristic only); 0 means
   // max_pages_per_seq * page_size.
@@ -88,39 +119,53 @@ struct PagedAttentionParams {
 
   DType dtype = DType::kFloat16;
   Backend backend = Backend::kCpu;
-  void* stream = nullptr;  // cudaStream_t for Backend::kCuda; unused on the CPU
+  // cudaStream_t for Backend::kCuda (null: the legacy default stream); unused on the CPU.
+  void* stream = nullptr;
   AttentionOptions options;
   WorkspaceBuffer workspace;
 };
 
 // Attention over ragged (variable-length, packed) q, k, v: prefill.
+//
+// Request b owns q rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 and k/v rows
+// cu_seqlens_kv[b] .. cu_seqlens_kv[b+1] - 1; its queries are the last q_len of its kv_len
+// tokens (query i at position kv_len - q_len + i). Empty requests are allowed; a row that
+// sees no key gets out 0 and lse -inf. Field meanings, units and memory as in
+// PagedAttentionParams.
 struct RaggedAttentionParams {
-  // q [total_q, num_qo_heads, head_dim]; k, v [total_kv, num_kv_heads, head_dim].
+  // q [total_q, num_qo_heads, head_dim]; k, v [total_kv, num_kv_heads, head_dim]; `dtype`;
+  // element (token, head, d) at token * stride_token + head * stride_head + d.
   const void* q = nullptr;
   int64_t q_stride_token = 0, q_stride_head = 0;
   const void* k = nullptr;
   int64_t k_stride_token = 0, k_stride_head = 0;
   const void* v = nullptr;
   int64_t v_stride_token = 0, v_stride_head = 0;
-  // cu_seqlens_q, cu_seqlens_kv [batch_size + 1]: prefix sums of q_len and kv_len, from 0.
+  // cu_seqlens_q, cu_seqlens_kv [batch_size + 1], never null: prefix sums of q_len and
+  // kv_len from 0, ending at total_q and total_kv.
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_kv = nullptr;
+  // out [total_q, num_qo_heads, head_dim] of `dtype`, every row written; must not overlap
+  // the inputs or the workspace.
   void* out = nullptr;
   int64_t out_stride_token = 0, out_stride_head = 0;
-  float* lse = nullptr;  // [total_q, num_qo_heads] float32 contiguous, or null
+  // [total_q, num_qo_heads] float32 contiguous, or null: as PagedAttentionParams::lse.
+  float* lse = nullptr;
 
-  int64_t batch_size = 0;
-  int64_t total_q = 0;
-  int64_t total_kv = 0;
-  int64_t num_qo_heads = 0;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
-  int64_t max_q_len = 0;   // upper bound on q_len over requests; 0 means total_q
+  int64_t batch_size = 0;     // requests, >= 0
+  int64_t total_q = 0;        // query tokens, >= 0; 0 launches nothing
+  int64_t total_kv = 0;       // key/value tokens, >= 0
+  int64_t num_qo_heads = 0;   // a multiple of num_kv_heads
+  int64_t num_kv_heads = 0;   // >= 1
+  int64_t head_dim = 0;       // 1..1024 on the CPU, 64/128/256 on CUDA
+  // Upper bound on q_len over requests; 0 means total_q. Sizes the tile grid; the CPU
+  // backend checks it against cu_seqlens_q, CUDA does not (rows past it are not computed).
+  int64_t max_q_len = 0;
   int64_t max_kv_len = 0;  // upper bound on kv_len (heuristic only); 0 means total_kv
 
   DType dtype = DType::kFloat16;
   Backend backend = Backend::kCpu;
-  void* stream = nullptr;
+  void* stream = nullptr;  // cudaStream_t for Backend::kCuda (null: default stream)
   AttentionOptions options;
   WorkspaceBuffer workspace;
 };

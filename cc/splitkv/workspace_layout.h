@@ -18,8 +18,20 @@
 // start. With num_splits == 1 a call needs neither softmax stats nor scratch (the output is
 // written directly) and no counters.
 //
+// Ownership and sizing (for a C++ caller): the caller allocates the workspace, zeroes it
+// once, keeps it alive while any launch using it may run, and frees it; splitkv never
+// allocates, frees or re-zeroes it. It lives where the call runs: host memory for
+// Backend::kCpu, device memory of the current device for Backend::kCuda (cudaMalloc gives
+// the alignment; zero it once with cudaMemset). A buffer of RequiredWorkspaceBytes(shape,
+// s) bytes lets every call with at most shape.total_q query tokens, shape.num_qo_heads
+// heads and shape.head_dim use up to s splits; the planner never picks more than 64. A
+// smaller buffer (down to kCounterRegionBytes) still works: the planner lowers num_splits
+// to what fits, and only a forced num_splits that does not fit is refused.
+//
 // Header-only, no dependencies beyond <cstdint>: it is included by the C++ core, the CUDA
-// kernels and the Python bindings alike. All sizes are int64 bytes.
+// kernels and the Python bindings alike. All sizes are int64 bytes. PartialIndex,
+// TileCounterIndex and RequiredCounters are the backends' addressing; callers need only
+// the constants, LayoutShape, ComputeWorkspaceLayout and RequiredWorkspaceBytes.
 #ifndef SPLITKV_WORKSPACE_LAYOUT_H_
 #define SPLITKV_WORKSPACE_LAYOUT_H_
 
@@ -31,7 +43,8 @@ namespace splitkv {
 inline constexpr int64_t kCounterRegionBytes = int64_t{8} << 20;  // 8 MiB
 // One counter is a uint32.
 inline constexpr int64_t kCounterBytes = 4;
-// Counters available to one launch.
+// Counters available to one launch (2097152): a call with num_splits > 1 needs one per work
+// tile (request x kv head x query tile), else it is refused or planned with fewer splits.
 inline constexpr int64_t kMaxCounters = kCounterRegionBytes / kCounterBytes;
 // The workspace base must be this aligned (bytes); every region starts on this alignment.
 inline constexpr int64_t kWorkspaceAlignment = 256;
@@ -44,14 +57,17 @@ constexpr int64_t AlignUp(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
-// The problem dimensions the layout depends on. Shared by paged and ragged calls.
+// The problem dimensions the layout depends on (all >= 0). Shared by paged and ragged
+// calls: the same numbers as the params' total_q, num_qo_heads and head_dim.
 struct LayoutShape {
   int64_t total_q = 0;       // query tokens in the call (sum of q_len over requests)
   int64_t num_qo_heads = 0;  // query/output heads
   int64_t head_dim = 0;      // elements per head
 };
 
-// Byte ranges of the three regions for one call. Offsets are from the workspace base.
+// Byte ranges of the three regions for one call. Offsets are from the workspace base;
+// counter_offset is always 0 and counter_bytes kCounterRegionBytes; with num_splits == 1
+// softmax_bytes and scratch_bytes are 0 and required_bytes is kCounterRegionBytes.
 struct WorkspaceLayout {
   int64_t counter_offset = 0;
   int64_t counter_bytes = 0;
@@ -62,7 +78,9 @@ struct WorkspaceLayout {
   int64_t required_bytes = 0;  // bytes the call needs: the end of the last region
 };
 
-// The layout of a call with `num_splits` splits (num_splits >= 1).
+// The layout of a call with `num_splits` splits (num_splits >= 1; shape fields >= 0). Pure
+// arithmetic, no checks: the sizes must fit int64 (the Python wrapper refuses inputs whose
+// scratch bytes reach 2^62). Usable in constant expressions.
 constexpr WorkspaceLayout ComputeWorkspaceLayout(const LayoutShape& shape, int64_t num_splits) {
   WorkspaceLayout layout;
   layout.counter_offset = 0;
@@ -76,7 +94,10 @@ constexpr WorkspaceLayout ComputeWorkspaceLayout(const LayoutShape& shape, int64
   return layout;
 }
 
-// Bytes a call with `num_splits` splits needs (a whole workspace: counters included).
+// Bytes a call with `num_splits` splits needs (a whole workspace: counters included), a
+// multiple of kWorkspaceAlignment: ComputeWorkspaceLayout(shape, num_splits).required_bytes.
+// Example: total_q 8, 32 qo heads, head_dim 128, 4 splits: 8 MiB + 8 KiB softmax stats +
+// 512 KiB scratch = 8921088 bytes.
 constexpr int64_t RequiredWorkspaceBytes(const LayoutShape& shape, int64_t num_splits) {
   return ComputeWorkspaceLayout(shape, num_splits).required_bytes;
 }

@@ -24,9 +24,15 @@ through the same code as the eager functions, so errors read the same whether co
 not. The fake (meta) implementations only declare that nothing new is returned.
 
 Differences from the eager functions: a :class:`~splitkv.Workspace` is not marked busy
-while a call runs (its buffer tensor goes through the op). Under CUDA graph capture pass
-``max_q_len`` when ``cu_seqlens_q`` is given: computing it reads the index tensor on the
-host, which capture forbids.
+while a call runs (its buffer tensor goes through the op).
+
+CUDA graphs: a call enqueues one kernel on the current stream with no host sync or memset,
+so ``torch.cuda.graph`` captures it, eagerly or compiled (new ``out`` and ``lse`` tensors
+come from the graph's memory pool; pass ``out=`` to write a buffer of your own). Pass
+``max_q_len`` there whenever ``cu_seqlens_q`` is given: computing it reads the index tensor
+on the host, which capture forbids. ``torch.compile(mode="reduce-overhead")`` gives correct
+results, but inductor does not turn a graph that mutates an input (the workspace) into a
+CUDA graph of its own (seen with torch 2.11): capture with ``torch.cuda.graph`` instead.
 """
 
 from typing import Optional
@@ -105,9 +111,10 @@ def _optional_tensor(op, name, x):
     return None if x is None else _checks.tensor(op, name, x)
 
 
-def _scalars(op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len):
-    """The scalar arguments as the op schema's types (bool, float, int), type-checked with
-    the eager functions' messages; ranges are checked inside the op."""
+def _scalars(op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len,
+             min_q_len):
+    """The scalar arguments as the op schema's types (bool, float, int), checked with the
+    eager functions' messages (the op checks them again, with the rest)."""
     causal = _checks.flag(op, "causal", causal)
     if sm_scale is not None:
         sm_scale = _checks.real(op, "sm_scale", sm_scale)
@@ -118,13 +125,13 @@ def _scalars(op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max
         num_splits = _checks.integer(op, "num_splits", num_splits, 1,
                                      "None (the planner chooses) or an int >= 1")
     if max_q_len is not None:
-        max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
+        max_q_len = _checks.integer(op, "max_q_len", max_q_len, min_q_len,
+                                    f"an int >= {min_q_len}")
     return causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len
 
 
 def _buffers(op, q, out, return_lse):
     """out (the caller's or new) and lse (new, or None)."""
-    _checks.flag(op, "return_lse", return_lse)
     _optional_tensor(op, "out", out)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -163,12 +170,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     _checks.tensor(op, "block_tables", block_tables)
     _checks.tensor(op, "seq_lens", seq_lens)
     _optional_tensor(op, "cu_seqlens_q", cu_seqlens_q)
-    if not isinstance(kv_layout, str):
-        _checks.fail(op, "kv_layout", "has the wrong type", "'HND' or 'NHD'", repr(kv_layout),
-                     error=TypeError)
+    if kv_layout not in attention._KV_LAYOUTS:
+        _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
     buffer = _checks.workspace_tensor(op, workspace)
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
-        op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len)
+        op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, 1)
     out, lse = _buffers(op, q, out, return_lse)
     torch.ops.splitkv.paged_attention(
         q, k_cache, v_cache, block_tables, seq_lens, buffer, out, lse, cu_seqlens_q, kv_layout,
@@ -196,7 +202,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         _checks.tensor(op, name, x)
     buffer = _checks.workspace_tensor(op, workspace)
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
-        op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len)
+        op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, 0)
     out, lse = _buffers(op, q, out, return_lse)
     torch.ops.splitkv.ragged_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_kv, buffer, out, lse, causal, sm_scale, window_left,

@@ -57,15 +57,18 @@ def _splitkv_wheel_impl(ctx):
     for path in sorted(files):
         args.add("--file", "%s=%s" % (path, files[path].path))
 
+    # The script runs on the toolchain's interpreter directly: a py_binary's stub would
+    # look for `python` on PATH, which build actions do not have.
+    runtime = ctx.toolchains["@bazel_tools//tools/python:toolchain_type"].py3_runtime
     ctx.actions.run(
-        executable = ctx.executable._builder,
-        arguments = [args],
-        inputs = list(files.values()) + [ctx.file.description],
+        executable = runtime.interpreter_path,
+        arguments = [ctx.file._builder.path, args],
+        inputs = list(files.values()) + [ctx.file.description, ctx.file._builder],
         outputs = [out],
         mnemonic = "PyWheel",
         progress_message = "Building wheel %s" % out.short_path,
     )
-    return [DefaultInfo(files = depset([out]))]
+    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
 
 splitkv_wheel = rule(
     implementation = _splitkv_wheel_impl,
@@ -82,9 +85,9 @@ splitkv_wheel = rule(
         "requires_dist": attr.string_list(),
         "classifiers": attr.string_list(),
         "_builder": attr.label(
-            default = "//python/wheel:build_wheel",
-            executable = True,
-            cfg = "host",
+            default = "//python/wheel:build_wheel.py",
+            allow_single_file = True,
         ),
     },
+    toolchains = ["@bazel_tools//tools/python:toolchain_type"],
 )
