@@ -196,6 +196,34 @@ def test_workspace_in_use_by_another_thread_is_refused():
     harness.assert_close(out, problem.reference()[0], _DTYPE)
 
 
+def test_user_tensor_in_use_by_another_thread_is_refused():
+    # A user's uint8 buffer is tracked by its memory: a call on another view of the same
+    # memory is refused while the first call runs, rather than racing on the counters.
+    raw = torch.zeros((16 << 20) + 256, dtype=torch.uint8)
+    skip = -raw.data_ptr() % 256
+    buffer = raw[skip:skip + (16 << 20)]
+    problem = harness.make_ragged([4], [40], dtype=_DTYPE)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold():
+        with splitkv.workspace.exclusive("test", buffer):
+            entered.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        entered.wait(10)
+        with pytest.raises(ValueError, match=r"ragged_attention: workspace in use"):
+            problem.run(raw[skip:skip + (12 << 20)])  # another view of the same memory
+    finally:
+        release.set()
+        holder.join()
+    out = problem.run(buffer)
+    harness.assert_close(out, problem.reference()[0], _DTYPE)
+    splitkv.check_counter_region(buffer)
+
+
 def test_threads_with_their_own_workspaces():
     # The launchers release the GIL; calls from two threads, each with its own workspace,
     # give the same bits as the same calls made one after the other.

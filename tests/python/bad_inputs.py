@@ -1,0 +1,391 @@
+"""The catalogue of inputs splitkv refuses: one row per refused input, and the tool that
+writes docs/bad_inputs.md's table from the rows.
+
+Rows come from two files: errors_test.py (PAGED_CASES, RAGGED_CASES: regex patterns) and
+ROWS below (exact messages); bad_inputs_test.py tests the rows below the same way
+errors_test.py tests its own: the call is refused with its error type and message, the
+counter region is still zero, and the next valid call on the same workspace is right.
+
+    python3 tests/python/bad_inputs.py           # rewrites the table in docs/bad_inputs.md
+    python3 tests/python/bad_inputs.py --check   # exits 1 if the table is stale
+
+The table shows each message as the CPU backend raises it (run here, not copied), except
+for rows only CUDA can raise, which show the row's expected message.
+"""
+
+import dataclasses
+import os
+import sys
+
+import torch
+
+try:
+    import splitkv  # noqa: F401
+except ImportError:  # run as a script from a source checkout
+    import conftest  # noqa: F401
+
+import errors_test
+import harness
+from errors_test import _aligned_buffer, _edited, _other_device, _paged_call, _ragged_call
+
+DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
+                   "bad_inputs.md")
+BEGIN = "<!-- BEGIN TABLE: written by tests/python/bad_inputs.py, do not edit by hand -->"
+END = "<!-- END TABLE -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One refused input.
+
+    message: the exact text, with {device} and {other} filled in from the valid problem
+    (errors_test._valid) and the device. where: "any", "cpu" (index values are read on the
+    host by the CPU backend only, or the text is the CPU's) or "cuda" (a CUDA limit).
+    """
+
+    id: str
+    kind: str          # "paged" or "ragged": the valid problem the call starts from
+    input: str         # what is wrong, for the docs
+    error: type
+    message: str
+    call: object       # call(problem, workspace, device), expected to raise
+    where: str = "any"
+
+
+def _in_workspace(device, tensor, offset):
+    """(workspace, copy of tensor placed at byte `offset` of it): an overlapping input."""
+    buffer = _aligned_buffer(16 << 20, device)
+    nbytes = tensor.numel() * tensor.element_size()
+    inside = buffer[offset:offset + nbytes].view(tensor.dtype).view(tensor.shape)
+    inside.copy_(tensor)
+    return buffer, inside
+
+
+def _paged_with_head_dim(p, ws, d, head_dim):
+    kv = p.kv_cache.new_zeros(p.kv_cache.shape[:-1] + (head_dim,))
+    return _paged_call(p, ws, q=p.q.new_zeros(p.q.shape[:-1] + (head_dim,)), kv_cache=kv)
+
+
+def _paged_page_size_12(p, ws, d):
+    kv = p.kv_cache.new_zeros(p.kv_cache.shape[:3] + (12,) + p.kv_cache.shape[4:])
+    return _paged_call(p, ws, kv_cache=kv)
+
+
+def _ws_over_q(p, ws, d):
+    buffer, q = _in_workspace(d, p.q, 9 << 20)
+    return _paged_call(p, buffer, q=q)
+
+
+def _ws_over_kv(p, ws, d):
+    buffer, kv = _in_workspace(d, p.kv_cache, 12 << 20)
+    return _paged_call(p, buffer, kv_cache=kv)
+
+
+def _ws_over_out(p, ws, d):
+    buffer, out = _in_workspace(d, torch.empty_like(p.q), 8 << 20)
+    return _paged_call(p, buffer, out=out)
+
+
+def _ws_over_k(p, ws, d):
+    buffer, k = _in_workspace(d, p.k, 10 << 20)
+    return _ragged_call(p, buffer, k=k)
+
+
+_P = "paged_attention: "
+_R = "ragged_attention: "
+
+ROWS = [
+    # ---- paged: index tensors ----
+    Row("seq_len_negative", "paged", "seq_lens entry < 0", ValueError,
+        _P + "seq_lens[1] out of range: expected a length in [0, 64] (max_pages_per_seq * "
+        "page_size), got -1",
+        lambda p, ws, d: _paged_call(p, ws, seq_lens=_edited(p.seq_lens, 1, -1)), "cpu"),
+    Row("block_tables_no_columns", "paged", "block_tables with 0 columns", ValueError,
+        _P + "max_pages_per_seq out of range: expected >= 1, got 0",
+        lambda p, ws, d: _paged_call(p, ws, block_tables=p.block_tables[:, :0])),
+    Row("block_tables_column_major", "paged", "block_tables with a strided last dimension",
+        ValueError,
+        _P + "block_tables.stride(-1) is not 1: expected 1 (a dense last dimension), got 3; "
+        "pass block_tables.contiguous()",
+        lambda p, ws, d: _paged_call(p, ws, block_tables=p.block_tables.t().contiguous().t())),
+    Row("seq_lens_not_contiguous", "paged", "seq_lens not contiguous", ValueError,
+        _P + "seq_lens is not contiguous: expected a contiguous tensor, got strides (2,); pass "
+        "seq_lens.contiguous()",
+        lambda p, ws, d: _paged_call(p, ws, seq_lens=torch.stack([p.seq_lens] * 2, 1)[:, 0])),
+    Row("seq_lens_int16", "paged", "seq_lens int16", TypeError,
+        _P + "seq_lens dtype unsupported: expected torch.int32, got torch.int16",
+        lambda p, ws, d: _paged_call(p, ws, seq_lens=p.seq_lens.to(torch.int16))),
+    # ---- paged: q, kv_cache, out ----
+    Row("kv_cache_no_pages", "paged", "kv_cache with 0 pages", ValueError,
+        _P + "num_pages out of range: expected >= 1, got 0",
+        lambda p, ws, d: _paged_call(p, ws, kv_cache=p.kv_cache[:0])),
+    Row("kv_cache_three_tensors", "paged", "kv_cache a sequence of 3 tensors", ValueError,
+        _P + "kv_cache has the wrong length: expected a (k, v) pair of tensors, got 3 items",
+        lambda p, ws, d: _paged_call(p, ws, kv_cache=(p.kv_cache[:, 0],) * 3)),
+    Row("kv_layout_other", "paged",
+        "an HND cache passed as NHD (refused only when the shapes disagree)", ValueError,
+        _P + "num_qo_heads is not a multiple of num_kv_heads: expected a multiple of 16, got 4",
+        lambda p, ws, d: _paged_call(p, ws, kv_layout="NHD")),
+    Row("q_rank", "paged", "q 2-D", ValueError,
+        _P + "q has the wrong number of dimensions: expected a 3-D tensor [total_q, "
+        "num_qo_heads, head_dim], got shape (4, 64)",
+        lambda p, ws, d: _paged_call(p, ws, q=p.q[0])),
+    Row("q_head_dim_stride", "paged", "q with a strided last dimension", ValueError,
+        _P + "q.stride(-1) is not 1: expected 1 (a dense last dimension), got 2; pass "
+        "q.contiguous()",
+        lambda p, ws, d: _paged_call(p, ws, q=torch.cat([p.q, p.q], -1)[..., ::2])),
+    Row("q_device_unsupported", "paged", "q on a device without a backend (meta)", ValueError,
+        _P + "q device unsupported: expected a cpu or cuda tensor, got meta",
+        lambda p, ws, d: _paged_call(p, ws, q=p.q.to("meta"))),
+    Row("q_bool", "paged", "q of a non-float dtype", TypeError,
+        _P + "q dtype unsupported: expected torch.float16, torch.bfloat16 or torch.float32, "
+        "got torch.bool",
+        lambda p, ws, d: _paged_call(p, ws, q=p.q.bool())),
+    Row("out_device", "paged", "out on another device", ValueError,
+        _P + "out device mismatch: expected {device} (q's device), got {other}; move out to "
+        "{device}",
+        lambda p, ws, d: _paged_call(p, ws, out=torch.empty_like(p.q, device=_other_device(d)))),
+    Row("out_head_dim_stride", "paged", "out with a strided last dimension", ValueError,
+        _P + "out.stride(-1) is not 1: expected 1 (a dense last dimension), got 2; pass "
+        "out.contiguous()",
+        lambda p, ws, d: _paged_call(p, ws, out=torch.cat([p.q, p.q], -1)[..., ::2])),
+    Row("head_dim_too_large_cpu", "paged", "head_dim above the CPU backend's 1024", ValueError,
+        _P + "head_dim out of range: expected a value in [1, 1025), got 2048",
+        lambda p, ws, d: _paged_with_head_dim(p, ws, d, 2048), "cpu"),
+    Row("head_dim_unsupported_cuda", "paged", "head_dim other than 64, 128, 256 on CUDA",
+        ValueError, _P + "head_dim not supported on cuda: expected 64, 128 or 256, got 96",
+        lambda p, ws, d: _paged_with_head_dim(p, ws, d, 96), "cuda"),
+    Row("float32_on_cuda", "paged", "float32 tensors on CUDA", ValueError,
+        _P + "dtype float32 is not supported on cuda: expected float16 or bfloat16, got float32",
+        lambda p, ws, d: _paged_call(p, ws, q=p.q.float(), kv_cache=p.kv_cache.float()), "cuda"),
+    Row("page_size_not_power_of_two_cuda", "paged", "page_size not a power of two on CUDA",
+        ValueError, _P + "page_size not supported on cuda: expected a power of two, got 12",
+        _paged_page_size_12, "cuda"),
+    # ---- paged: scalars ----
+    Row("sm_scale_nan", "paged", "sm_scale NaN or infinite", ValueError,
+        _P + "sm_scale is not finite: expected a finite scale, got nan",
+        lambda p, ws, d: _paged_call(p, ws, sm_scale=float("nan"))),
+    Row("soft_cap_inf", "paged", "logits_soft_cap infinite or NaN", ValueError,
+        _P + "logits_soft_cap out of range: expected a finite value >= 0 (0 disables it), "
+        "got inf",
+        lambda p, ws, d: _paged_call(p, ws, logits_soft_cap=float("inf"))),
+    Row("max_q_len_zero", "paged", "max_q_len 0", ValueError,
+        _P + "max_q_len out of range: expected an int >= 1, got 0",
+        lambda p, ws, d: _paged_call(p, ws, max_q_len=0)),
+    Row("num_splits_past_int32", "paged", "num_splits >= 2**31", ValueError,
+        _P + "num_splits out of range: expected None (the planner chooses) or an int >= 1, "
+        "got 2147483648",
+        lambda p, ws, d: _paged_call(p, ws, num_splits=2**31)),
+    # ---- paged: workspace ----
+    Row("workspace_not_contiguous", "paged", "workspace not contiguous", ValueError,
+        _P + "workspace is not contiguous: expected a contiguous tensor, got strides (2,); "
+        "pass workspace.contiguous()",
+        lambda p, ws, d: _paged_call(p, _aligned_buffer(32 << 20, d)[::2])),
+    Row("workspace_overlaps_q", "paged", "workspace holding q", ValueError,
+        _P + "workspace overlaps q: expected a buffer sharing no byte with q, got workspace "
+        "bytes [9437184, 9438720) within q's span; allocate the workspace on its own "
+        "(splitkv.Workspace)",
+        _ws_over_q),
+    Row("workspace_overlaps_kv_cache", "paged", "workspace holding the KV cache", ValueError,
+        _P + "workspace overlaps kv_cache: expected a buffer sharing no byte with kv_cache, "
+        "got workspace bytes [12582912, 12636160) within kv_cache's span; allocate the "
+        "workspace on its own (splitkv.Workspace)",
+        _ws_over_kv),
+    Row("workspace_overlaps_out", "paged", "workspace holding out", ValueError,
+        _P + "workspace overlaps out: expected a buffer sharing no byte with out, got "
+        "workspace bytes [8388608, 8390144) within out's span; allocate the workspace on its "
+        "own (splitkv.Workspace)",
+        _ws_over_out),
+    # ---- ragged ----
+    Row("cu_seqlens_kv_past_end", "ragged", "cu_seqlens_kv ending past the end of k and v",
+        ValueError,
+        _R + "cu_seqlens_kv[batch_size] does not match total_kv: expected 52, got 53",
+        lambda p, ws, d: _ragged_call(p, ws, cu_seqlens_kv=_edited(p.cu_seqlens_kv, 3, 53)),
+        "cpu"),
+    Row("cu_seqlens_kv_inner_past_end", "ragged",
+        "a cu_seqlens_kv entry past the end of k and v", ValueError,
+        _R + "cu_seqlens_kv decreases at index 3: expected a non-decreasing prefix sum "
+        "(>= 60), got 52",
+        lambda p, ws, d: _ragged_call(p, ws, cu_seqlens_kv=_edited(p.cu_seqlens_kv, 2, 60)),
+        "cpu"),
+    Row("cu_seqlens_q_negative", "ragged", "a negative cu_seqlens_q entry", ValueError,
+        _R + "cu_seqlens_q decreases at index 1: expected a non-decreasing prefix sum (>= 0), "
+        "got -1",
+        lambda p, ws, d: _ragged_call(p, ws, cu_seqlens_q=_edited(p.cu_seqlens_q, 1, -1)),
+        "cpu"),
+    Row("cu_seqlens_q_short", "ragged",
+        "cu_seqlens_q one entry short (the batch follows cu_seqlens_q)", ValueError,
+        _R + "cu_seqlens_kv.shape[0] mismatch: expected 3 (batch_size + 1, "
+        "cu_seqlens_q.shape[0]), got 4",
+        lambda p, ws, d: _ragged_call(p, ws, cu_seqlens_q=p.cu_seqlens_q[:3])),
+    Row("cu_seqlens_q_int64", "ragged", "cu_seqlens_q int64", TypeError,
+        _R + "cu_seqlens_q dtype unsupported: expected torch.int32, got torch.int64; pass "
+        "cu_seqlens_q.to(torch.int32)",
+        lambda p, ws, d: _ragged_call(p, ws, cu_seqlens_q=p.cu_seqlens_q.long())),
+    Row("cu_seqlens_q_not_contiguous", "ragged", "cu_seqlens_q not contiguous", ValueError,
+        _R + "cu_seqlens_q is not contiguous: expected a contiguous tensor, got strides (2,); "
+        "pass cu_seqlens_q.contiguous()",
+        lambda p, ws, d: _ragged_call(p, ws, cu_seqlens_q=torch.stack([p.cu_seqlens_q] * 2,
+                                                                      1)[:, 0])),
+    Row("q_no_heads", "ragged", "q with 0 heads", ValueError,
+        _R + "num_qo_heads out of range: expected >= 1, got 0",
+        lambda p, ws, d: _ragged_call(p, ws, q=p.q[:, :0])),
+    Row("k_head_dim_stride", "ragged", "k with a strided last dimension", ValueError,
+        _R + "k.stride(-1) is not 1: expected 1 (a dense last dimension), got 2; pass "
+        "k.contiguous()",
+        lambda p, ws, d: _ragged_call(p, ws, k=torch.cat([p.k, p.k], -1)[..., ::2])),
+    Row("max_q_len_negative", "ragged", "max_q_len < 0", ValueError,
+        _R + "max_q_len out of range: expected an int >= 0, got -1",
+        lambda p, ws, d: _ragged_call(p, ws, max_q_len=-1)),
+    Row("too_many_tiles", "ragged",
+        "forced num_splits > 1 with more work tiles than counters (2**21; refused on CUDA "
+        "too, with its own tile count)", ValueError,
+        _R + "too many work tiles for the counter region: need 402653184 counters for "
+        "num_splits=2, the region holds 2097152; use num_splits=1 or a smaller batch",
+        # The count depends on the backend's query tile: the exact text is the CPU's.
+        lambda p, ws, d: _ragged_call(p, ws, num_splits=2, max_q_len=2**31 - 1), "cpu"),
+    Row("ragged_head_dim_unsupported_cuda", "ragged", "head_dim other than 64, 128, 256 on CUDA",
+        ValueError, _R + "head_dim not supported on cuda: expected 64, 128 or 256, got 32",
+        lambda p, ws, d: _ragged_call(p, ws, q=p.q[..., :32].contiguous(),
+                                      k=p.k[..., :32].contiguous(), v=p.v[..., :32].contiguous()),
+        "cuda"),
+    Row("workspace_overlaps_k", "ragged", "workspace holding k", ValueError,
+        _R + "workspace overlaps k: expected a buffer sharing no byte with k, got workspace "
+        "bytes [10485760, 10499072) within k's span; allocate the workspace on its own "
+        "(splitkv.Workspace)",
+        _ws_over_k),
+]
+
+
+# Rows whose refusal is not implemented yet: their tests are expected to fail (strictly),
+# and the table shows their expected message. Empty now; kept for the next such row.
+PENDING = set()
+
+
+def expected_message(row, problem, device):
+    fields = {"device": str(problem.q.device), "other": _other_device(device)}
+    return row.message.format(**fields)
+
+
+# ---- the docs table ----
+
+# What errors_test.py's cases refuse, for the table (a case missing here shows its id only).
+DESCRIPTIONS = {
+    "workspace_too_small": "workspace smaller than the counter region (8 MiB)",
+    "forced_splits_do_not_fit": "forced num_splits whose partials do not fit the workspace",
+    "workspace_misaligned": "workspace base address not 256-byte aligned",
+    "workspace_dtype": "workspace not uint8",
+    "workspace_type": "workspace neither a Workspace nor a tensor",
+    "workspace_device": "workspace on another device",
+    "q_dtype": "q float64",
+    "q_not_a_tensor": "q not a tensor",
+    "kv_dtype": "kv_cache of another dtype than q",
+    "k_dtype": "k of another dtype than q",
+    "block_tables_device": "block_tables on another device",
+    "kv_cache_device": "kv_cache on another device",
+    "v_device": "v on another device",
+    "heads_not_multiple": "num_qo_heads not a multiple of num_kv_heads",
+    "head_dim_mismatch": "head_dim of q and of the keys differ",
+    "page_id_too_large": "a block_tables entry >= num_pages",
+    "page_id_negative": "a negative block_tables entry",
+    "seq_len_past_capacity": "a seq_lens entry past max_pages_per_seq * page_size",
+    "seq_lens_batch": "seq_lens of another length than block_tables' rows",
+    "total_q_batch": "q rows other than batch_size without cu_seqlens_q",
+    "cu_seqlens_q_batch": "cu_seqlens_q of the wrong length",
+    "cu_seqlens_q_start": "cu_seqlens_q not starting at 0",
+    "cu_seqlens_q_decreasing": "cu_seqlens_q decreasing",
+    "cu_seqlens_q_end": "cu_seqlens_q not ending at q's row count",
+    "max_q_len_too_small": "max_q_len below the longest query",
+    "block_tables_int64": "block_tables int64",
+    "seq_lens_int64": "seq_lens int64",
+    "cu_seqlens_q_int64": "cu_seqlens_q int64",
+    "cu_seqlens_kv_int64": "cu_seqlens_kv int64",
+    "kv_layout": "an unknown kv_layout",
+    "kv_cache_rank": "kv_cache 4-D (and not a pair)",
+    "kv_pair_shapes": "a (k, v) pair of different shapes",
+    "kv_shapes": "k and v of different shapes",
+    "kv_head_dim_stride": "kv_cache with a strided last dimension",
+    "num_splits_zero": "num_splits 0",
+    "num_splits_type": "num_splits not an int",
+    "window_left": "window_left below -1",
+    "soft_cap": "logits_soft_cap below 0",
+    "causal_type": "causal not a bool",
+    "out_shape": "out of another shape than q",
+    "out_dtype": "out of another dtype than q",
+    "cu_seqlens_kv_batch": "cu_seqlens_kv of the wrong length",
+    "cu_seqlens_q_empty": "cu_seqlens_q empty",
+    "cu_seqlens_kv_start": "cu_seqlens_kv not starting at 0",
+    "cu_seqlens_kv_decreasing": "cu_seqlens_kv decreasing",
+    "cu_seqlens_kv_end": "cu_seqlens_kv ending before the end of k and v",
+    "cu_seqlens_q_2d": "cu_seqlens_q 2-D",
+}
+
+
+def _all_rows():
+    """(kind, id, error, call, where, Row or None) of every refused input, paged first."""
+    for kind, cases in (("paged", errors_test.PAGED_CASES), ("ragged", errors_test.RAGGED_CASES)):
+        for case_id, error, _, call, cpu_only in cases:
+            yield kind, case_id, error, call, "cpu" if cpu_only else "any", None
+        for row in ROWS:
+            if row.kind == kind:
+                yield row.kind, row.id, row.error, row.call, row.where, row
+
+
+def _message_on_cpu(kind, call):
+    problem, _ = errors_test._valid("cpu", kind)
+    try:
+        call(problem, harness.shared_workspace("cpu"), "cpu")
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None
+
+
+def _cell(text):
+    return text.replace("|", "\\|")
+
+
+def table():
+    """The markdown table of every refused input, messages as raised on the CPU."""
+    lines = ["| op | input (test id) | error | message | checked on |",
+             "| --- | --- | --- | --- | --- |"]
+    for kind, case_id, error, call, where, row in _all_rows():
+        if where == "cuda":
+            message = row.message
+        else:
+            message = _message_on_cpu(kind, call)
+            if message is None:
+                pending = row is not None and row.id in PENDING
+                message = row.message if pending else "NOT REFUSED: " + case_id
+        source = "bad_inputs_test.py" if row else "errors_test.py"
+        description = row.input if row else DESCRIPTIONS.get(case_id)
+        what = f"{description} (`{case_id}`)" if description else f"`{case_id}`"
+        checked = {"any": "CPU, CUDA", "cpu": "CPU only", "cuda": "CUDA only"}[where]
+        lines.append(f"| {kind} | {_cell(what)} | {error.__name__} | `{_cell(message)}` | "
+                     f"{checked} ({source}) |")
+    return "\n".join(lines)
+
+
+def rewritten(text):
+    """The doc's text with the table between the markers replaced."""
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+
+
+def main(argv):
+    with open(DOC) as f:
+        text = f.read()
+    new = rewritten(text)
+    if "--check" in argv:
+        if new != text:
+            print(f"{DOC}: the table is stale; run python3 tests/python/bad_inputs.py")
+            return 1
+        return 0
+    with open(DOC, "w") as f:
+        f.write(new)
+    print(f"wrote {DOC}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

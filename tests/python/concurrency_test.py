@@ -1,0 +1,213 @@
+"""Concurrency, as documented (splitkv.Workspace, docs/bad_inputs.md):
+
+- one Workspace, two threads at once: the second call is refused ("workspace in use"),
+  never run on top of the first; every call that runs is right;
+- a user's own uint8 buffer shared by two threads is tracked the same way (by its memory):
+  a second call while one runs is refused; every call that runs is right;
+- two workspaces on two threads (CPU) or two streams (CUDA) run at the same time, and both
+  results are right (bitwise those of the same calls made one after the other).
+
+Calls here are real: nothing holds the workspace artificially (workspace_test.py does).
+"""
+
+import re
+import threading
+import time
+
+import pytest
+import torch
+
+import harness
+import splitkv
+from harness import DEVICES
+
+_DTYPE = torch.bfloat16
+_IN_USE = (r"(paged|ragged)_attention: workspace in use: expected a workspace no other call "
+           r"is using, got one that another thread is using; use one Workspace per thread "
+           r"\(and per CUDA stream\)")
+
+def _problems(device):
+    """Calls long enough (milliseconds on the CPU) for two threads to meet inside them;
+    max_q_len given, so that no call syncs a CUDA stream."""
+    return [
+        (harness.make_paged([900, 400, 33], page_size=16, group=4, dtype=_DTYPE, device=device,
+                            seed=31), {"num_splits": 4}),
+        (harness.make_ragged([64, 3, 20], [500, 300, 20], group=2, dtype=_DTYPE, device=device,
+                             seed=32), {"num_splits": 3, "max_q_len": 64}),
+        (harness.make_paged([300, 70], page_size=4, group=2, q_lens=[9, 5], dtype=_DTYPE,
+                            device=device, seed=33), {"num_splits": None, "max_q_len": 9}),
+        (harness.make_ragged([128], [700], group=8, head_dim=128, dtype=_DTYPE, device=device,
+                             seed=34), {"num_splits": 6, "max_q_len": 128}),
+    ]
+
+
+def _serial(problems, device):
+    """Each call alone on a fresh workspace: the bits every concurrent run must give."""
+    results = []
+    for problem, options in problems:
+        out, lse = problem.run(splitkv.Workspace(32 << 20, device), return_lse=True, **options)
+        expected, expected_lse = problem.reference(**options)
+        harness.assert_close(out, expected, _DTYPE)
+        harness.assert_lse_close(lse, expected_lse)
+        results.append((out, lse))
+    return results
+
+
+def _run_threads(work, count):
+    """Runs work(i) on `count` threads started together; re-raises the first error."""
+    errors = []
+    barrier = threading.Barrier(count)
+
+    def body(i):
+        try:
+            barrier.wait(10)
+            work(i)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    if errors:
+        raise errors[0]
+
+
+def _overlapped(spans):
+    """True if a call of one thread ran while a call of another thread was running."""
+    for i, mine in enumerate(spans):
+        for theirs in spans[i + 1:]:
+            if any(a < d and c < b for a, b in mine for c, d in theirs):
+                return True
+    return False
+
+
+def test_workspace_docs_say_concurrent_calls_are_refused():
+    doc = " ".join(splitkv.Workspace.__doc__.split())
+    assert ("a call that finds this workspace's memory in use by another thread's call raises "
+            "ValueError") in doc
+    assert "Use one workspace per CUDA stream (or per thread on the CPU)" in doc
+
+
+def test_one_workspace_two_threads_refused_never_wrong():
+    problems = _problems("cpu")[:2]
+    serial = _serial(problems, "cpu")
+    workspace = splitkv.Workspace(32 << 20)
+    done = [0, 0]
+    refused = [0, 0]
+    deadline = time.monotonic() + 60
+
+    def work(i):
+        problem, options = problems[i]
+        # Retry on refusal, as a caller would, until this thread's calls have run and the
+        # threads have met inside a call once.
+        while (done[i] < 5 or sum(refused) == 0) and time.monotonic() < deadline:
+            try:
+                out, lse = problem.run(workspace, return_lse=True, **options)
+            except ValueError as error:
+                assert re.fullmatch(_IN_USE, str(error)), str(error)
+                refused[i] += 1
+                continue
+            harness.assert_bitwise_equal(out, serial[i][0])
+            harness.assert_bitwise_equal(lse, serial[i][1])
+            done[i] += 1
+
+    _run_threads(work, 2)
+    harness.assert_counter_region_zero(workspace)
+    assert min(done) >= 5, (done, refused)
+    assert sum(refused) >= 1, "the two threads never met inside a call"
+
+
+def test_user_buffer_two_threads_refused_never_wrong():
+    # Tracked by its memory like a Workspace: a call while the other thread's runs is
+    # refused as "in use", never run on top of it; the counters end at zero.
+    problems = _problems("cpu")[:2]
+    serial = _serial(problems, "cpu")
+    raw = torch.zeros((32 << 20) + 255, dtype=torch.uint8)
+    skip = -raw.data_ptr() % splitkv.WORKSPACE_ALIGNMENT
+    buffer = raw[skip:skip + (32 << 20)]
+    done = [0, 0]
+    deadline = time.monotonic() + 60
+
+    def work(i):
+        problem, options = problems[i]
+        while done[i] < 5 and time.monotonic() < deadline:
+            try:
+                out = problem.run(buffer, **options)
+            except ValueError as error:
+                message = str(error)
+                assert re.fullmatch(_IN_USE, message), message
+                continue
+            harness.assert_bitwise_equal(out, serial[i][0])
+            done[i] += 1
+
+    _run_threads(work, 2)
+    splitkv.check_counter_region(buffer)
+    assert min(done) == 5, done
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_threads", [2, 4])
+def test_workspaces_on_threads_run_together(device, num_threads):
+    # Each thread (on CUDA: each with its own stream) has its own Workspace and runs every
+    # problem, in its own order, several times: all results are the serial bits.
+    harness.require(device)
+    problems = _problems(device)
+    serial = _serial(problems, device)
+    spans = [[] for _ in range(num_threads)]
+    results = [[] for _ in range(num_threads)]
+    workspaces = [splitkv.Workspace(32 << 20, device) for _ in range(num_threads)]
+    streams = [torch.cuda.Stream(device) if device == "cuda" else None for _ in workspaces]
+
+    def work(i):
+        order = [(i + j) % len(problems) for j in range(len(problems))] * 3
+        for index in order:
+            problem, options = problems[index]
+            start = time.monotonic()
+            if streams[i] is not None:
+                with torch.cuda.stream(streams[i]):
+                    out, lse = problem.run(workspaces[i], return_lse=True, **options)
+            else:
+                out, lse = problem.run(workspaces[i], return_lse=True, **options)
+            spans[i].append((start, time.monotonic()))
+            results[i].append((index, out, lse))
+        if streams[i] is not None:
+            streams[i].synchronize()
+
+    _run_threads(work, num_threads)
+    for i in range(num_threads):
+        assert len(results[i]) == 3 * len(problems)
+        for index, out, lse in results[i]:
+            harness.assert_bitwise_equal(out, serial[index][0])
+            harness.assert_bitwise_equal(lse, serial[index][1])
+        harness.assert_counter_region_zero(workspaces[i])
+    if device == "cpu":  # CUDA calls return at once; their kernels overlap on the device
+        assert _overlapped(spans), "no two calls of different threads ran at the same time"
+
+
+@pytest.mark.gpu
+def test_two_streams_one_thread_run_together():
+    # One thread queues calls on two streams without syncing in between, each stream with
+    # its own workspace; the GPU may run them at once. Every result is the serial bits.
+    harness.require("cuda")
+    problems = _problems("cuda")
+    serial = _serial(problems, "cuda")
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    workspaces = [splitkv.Workspace(32 << 20, "cuda") for _ in streams]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    results = []
+    for round_ in range(20):
+        for s, (stream, workspace) in enumerate(zip(streams, workspaces)):
+            index = (round_ + s) % len(problems)
+            problem, options = problems[index]
+            with torch.cuda.stream(stream):
+                out, lse = problem.run(workspace, return_lse=True, **options)
+            results.append((index, out, lse))
+    torch.cuda.synchronize()
+    for index, out, lse in results:
+        harness.assert_bitwise_equal(out, serial[index][0])
+        harness.assert_bitwise_equal(lse, serial[index][1])
+    for workspace in workspaces:
+        harness.assert_counter_region_zero(workspace)
