@@ -84,6 +84,10 @@ inline float ExpNonPositive(float x) {
   return x < -87.0f ? 0.0f : poly * scale;
 }
 
+// max(a, b) that keeps a NaN from either side (std::max drops a NaN second operand): a NaN
+// logit, from NaN or infinite q or k, must reach the row's result rather than vanish.
+inline float NanMax(float a, float b) { return (a < b || b != b) ? b : a; }
+
 // Eight floats as one value: GCC and Clang lower it to one AVX2 register or two SSE ones,
 // so the micro-kernels below say exactly which loop runs across vector lanes.
 typedef float Vec8 __attribute__((vector_size(32)));
@@ -259,8 +263,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
         for (int64_t j = jlo; j < jhi; ++j) score[j] = cap * std::tanh(score[j] / cap);
       }
       float block_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = jlo; j < jhi; ++j) block_max = std::max(block_max, score[j]);
-      const float new_max = std::max(s.row_max[r], block_max);
+      for (int64_t j = jlo; j < jhi; ++j) block_max = NanMax(block_max, score[j]);
+      const float new_max = NanMax(s.row_max[r], block_max);
+      if (new_max == -std::numeric_limits<float>::infinity()) {
+        // Every logit so far is -inf: weight 0 each (exp(-inf - -inf) would be NaN).
+        for (int64_t j = jlo; j < jhi; ++j) score[j] = 0.0f;
+        continue;
+      }
       const float rescale = std::exp(s.row_max[r] - new_max);  // 0 when the row was empty
       if (rescale != 1.0f) {
         float* acc = &s.acc[r * d];
@@ -307,7 +316,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       for (int64_t g = 0; g < group; ++g) {
         const int64_t r = t * group + g;
         const float sum = s.row_sum[r];
-        if (sum > 0.0f) {
+        if (sum != 0.0f) {  // 0: no key; NaN: a non-finite input, passed on
           write_output(t, g, &s.acc[r * d], 1.0f / sum, s.row_max[r] + std::log(sum));
         } else {
           write_output(t, g, nullptr, 0.0f, kNegInf);
@@ -325,8 +334,8 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       const int64_t r = t * group + g;
       const int64_t index = PartialIndex(shape, split_idx, tile.token_begin + t, tile.kv_head * group + g);
       const float sum = s.row_sum[r];
-      stats[index] = SoftmaxStat{sum > 0.0f ? s.row_max[r] : kNegInf, sum};
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      stats[index] = SoftmaxStat{sum != 0.0f ? s.row_max[r] : kNegInf, sum};
+      const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
       for (int64_t e = 0; e < d; ++e) partials[index * d + e] = s.acc[r * d + e] * inv;
     }
   }
@@ -345,7 +354,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       float global_max = kNegInf;
       for (int64_t sp = 0; sp < num_splits; ++sp) {
         const SoftmaxStat st = stats[PartialIndex(shape, sp, token, head)];
-        if (st.sum_exp > 0.0f) global_max = std::max(global_max, st.max);
+        if (st.sum_exp != 0.0f) global_max = NanMax(global_max, st.max);
       }
       if (global_max == kNegInf) {
         write_output(t, g, nullptr, 0.0f, kNegInf);
@@ -356,7 +365,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       for (int64_t sp = 0; sp < num_splits; ++sp) {
         const int64_t index = PartialIndex(shape, sp, token, head);
         const SoftmaxStat st = stats[index];
-        if (!(st.sum_exp > 0.0f)) continue;
+        if (st.sum_exp == 0.0f) continue;
         const float weight = st.sum_exp * std::exp(st.max - global_max);
         total += weight;
         for (int64_t e = 0; e < d; ++e) merged[e] += weight * partials[index * d + e];
