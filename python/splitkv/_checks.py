@@ -135,3 +135,29 @@ def real(op, name, value):
     if isinstance(value, bool) or not hasattr(value, "__float__"):
         fail(op, name, "has the wrong type", "a float", repr(value), error=TypeError)
     return float(value)
+
+
+def _byte_span(x):
+    """Bytes [begin, end) from x's first to its last element (strides are >= 0 in torch)."""
+    extent = sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
+    begin = x.data_ptr()
+    return begin, begin + (extent + 1) * x.element_size()
+
+
+def workspace_disjoint(op, buffer, named_tensors):
+    """The call writes every workspace byte it plans to use: refuse a workspace that shares
+    bytes with an input or output (the spans from first to last element are compared).
+
+    named_tensors: (name, tensor or None) pairs; tensors on another device are skipped.
+    """
+    ws_begin = buffer.data_ptr()
+    ws_end = ws_begin + buffer.numel()
+    for name, x in named_tensors:
+        if x is None or x.device != buffer.device or x.numel() == 0:
+            continue
+        begin, end = _byte_span(x)
+        if begin < ws_end and ws_begin < end:
+            shared = f"[{max(begin, ws_begin) - ws_begin}, {min(end, ws_end) - ws_begin})"
+            fail(op, "workspace", f"overlaps {name}", f"a buffer sharing no byte with {name}",
+                 f"workspace bytes {shared} within {name}'s span",
+                 "allocate the workspace on its own (splitkv.Workspace)")

@@ -104,9 +104,12 @@ def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_s
     return options
 
 
-def _workspace(op, workspace, q):
+def _workspace(op, workspace, q, operands):
+    """The C++ view of the workspace, refused if it shares a byte with any of `operands`
+    ((name, tensor or None) pairs): the call overwrites the bytes it plans to use."""
     buffer = _checks.workspace_tensor(op, workspace)
     _checks.device(op, "workspace", buffer, q.device)
+    _checks.workspace_disjoint(op, buffer, operands)
     result = _splitkv.WorkspaceBuffer()
     result.data = buffer.data_ptr()
     result.bytes = buffer.numel()
@@ -195,8 +198,10 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
-    ws = _workspace(op, workspace, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    ws = _workspace(op, workspace, q, [
+        ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
+        ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse)])
 
     params = _splitkv.PagedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -327,6 +332,14 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     >>> out, lse = splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, workspace,
     ...                                    return_lse=True)
     """
+    if torch.compiler.is_compiling():
+        # Raw pointers cannot be traced: under torch.compile take the custom op instead.
+        from splitkv import ops
+        return ops.paged_attention(
+            q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
+            kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
+            logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
+            out=out, max_q_len=max_q_len)
     params, out, lse = _paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
@@ -391,8 +404,10 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
-    ws = _workspace(op, workspace, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    ws = _workspace(op, workspace, q, [
+        ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse)])
 
     params = _splitkv.RaggedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -492,6 +507,12 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     >>> workspace = splitkv.Workspace(64 << 20, "cpu")
     >>> out = splitkv.ragged_attention(q, k, v, cu_seqlens, cu_seqlens, workspace)
     """
+    if torch.compiler.is_compiling():
+        from splitkv import ops
+        return ops.ragged_attention(
+            q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
+            window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
+            return_lse=return_lse, out=out, max_q_len=max_q_len)
     params, out, lse = _ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True)

@@ -23,9 +23,6 @@ with a less helpful message); every other check runs inside the op, on the real 
 through the same code as the eager functions, so errors read the same whether compiled or
 not. The fake (meta) implementations only declare that nothing new is returned.
 
-Differences from the eager functions: a :class:`~splitkv.Workspace` is not marked busy
-while a call runs (its buffer tensor goes through the op).
-
 CUDA graphs: a call enqueues one kernel on the current stream with no host sync or memset,
 so ``torch.cuda.graph`` captures it, eagerly or compiled (new ``out`` and ``lse`` tensors
 come from the graph's memory pool; pass ``out=`` to write a buffer of your own). Pass

@@ -138,7 +138,8 @@ class Workspace:
     One workspace serves any number of paged and ragged calls on its device, one call
     at a time: every call leaves the counter region zero, so it is never zeroed again.
     Use one workspace per CUDA stream (or per thread on the CPU); a call that finds this
-    workspace in use by another thread raises ValueError.
+    workspace's memory in use by another thread's call raises ValueError (a user's own
+    uint8 tensor is tracked the same way). Two streams of one thread are not detected.
 
     Parameters
     ----------
@@ -187,7 +188,6 @@ class Workspace:
         self.tensor = raw[skip:skip + nbytes]
         self.nbytes = nbytes
         self.device = raw.device
-        self._lock = threading.Lock()
 
     def counter_region(self):
         """The counter region, bytes ``[0, COUNTER_REGION_BYTES)``, as a uint8 view."""
@@ -229,18 +229,25 @@ def check_counter_region(workspace):
     _splitkv.CheckCounterRegionZero(region.data_ptr(), buffer.numel())
 
 
+# Storages (device, base address) that a call is using now: a second call on any view of
+# the same memory, from another thread, is refused rather than left to race on the counters.
+_in_use = set()
+_in_use_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def exclusive(op, workspace):
-    """Marks a Workspace busy for one call; a user's own tensor is not tracked."""
-    lock = getattr(workspace, "_lock", None)
-    if lock is None:
-        yield
-        return
-    if not lock.acquire(blocking=False):
-        _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
-                     "one that another thread is using",
-                     "use one Workspace per thread (and per CUDA stream)")
+    """Marks the workspace's memory busy for one call (a Workspace or a user's tensor)."""
+    buffer = workspace.tensor if isinstance(workspace, Workspace) else workspace
+    key = (str(buffer.device), buffer.untyped_storage().data_ptr())
+    with _in_use_lock:
+        if key in _in_use:
+            _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
+                         "one that another thread is using",
+                         "use one Workspace per thread (and per CUDA stream)")
+        _in_use.add(key)
     try:
         yield
     finally:
-        lock.release()
+        with _in_use_lock:
+            _in_use.discard(key)

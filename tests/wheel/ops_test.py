@@ -177,6 +177,26 @@ def test_compiled_ragged_matches_reference():
     harness.assert_counter_region_zero(workspace)
 
 
+def test_plain_functions_compile_through_the_ops():
+    """splitkv.paged_attention / ragged_attention themselves work under fullgraph compile."""
+    @torch.compile(fullgraph=True)
+    def step(q, kv_cache, block_tables, seq_lens, rq, rk, rv, cu_q, cu_kv, workspace):
+        decode = splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, workspace,
+                                         num_splits=2)
+        prefill = splitkv.ragged_attention(rq, rk, rv, cu_q, cu_kv, workspace, num_splits=3,
+                                           max_q_len=int(rq.shape[0]))
+        return decode, prefill
+
+    p = _paged_problem("cpu", dtype=torch.bfloat16)
+    r = _ragged_problem("cpu", dtype=torch.bfloat16)
+    workspace = harness.shared_workspace("cpu")
+    decode, prefill = step(p.q, p.kv_cache, p.block_tables, p.seq_lens, r.q, r.k, r.v,
+                           r.cu_seqlens_q, r.cu_seqlens_kv, workspace)
+    harness.assert_close(decode, p.reference()[0], p.dtype)
+    harness.assert_close(prefill, r.reference()[0], r.dtype)
+    harness.assert_counter_region_zero(workspace)
+
+
 # Bad arguments of a paged call: what is wrong -> how the message starts.
 BAD_PAGED = {
     "seq_lens_int64": "paged_attention: seq_lens dtype unsupported",
