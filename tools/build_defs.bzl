@@ -4,6 +4,7 @@ load("@local_cuda//:defs.bzl", "CUDA_NVCC")
 load("@local_python//:defs.bzl", "PYTHON_EXT_SUFFIX")
 
 SPLITKV_COPTS = [
+    "-std=c++20",
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
