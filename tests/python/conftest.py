@@ -1,9 +1,12 @@
-"""pytest setup for splitkv's Python tests: the `gpu` mark, and `import splitkv` outside Bazel.
+"""pytest setup for splitkv's Python tests: the `gpu` mark, and `import splitkv` (and
+splitkv_reference) outside Bazel.
 
-Under Bazel the py_library puts the package on sys.path. Under plain `pytest tests/python`
+Under Bazel the py_libraries put the packages on sys.path. Under plain `pytest tests/python`
 (after `bazel build //python/splitkv`), the package's sources are python/splitkv and its
 built extension lies in bazel-bin/python/splitkv (or in $SPLITKV_EXT_DIR): the extension
-is loaded as splitkv._splitkv and the sources are put on sys.path.
+is loaded as splitkv._splitkv and the sources are put on sys.path. The float64 reference,
+python/splitkv_reference, is found there too (python/ goes last on sys.path when splitkv
+came from elsewhere, so that copy of splitkv stays the one imported).
 """
 
 import importlib.util
@@ -39,7 +42,15 @@ def _make_splitkv_importable():
                       "or set SPLITKV_EXT_DIR")
 
 
+def _make_reference_importable():
+    try:
+        import splitkv_reference  # noqa: F401
+    except ImportError:
+        sys.path.append(str(_REPO / "python"))
+
+
 _make_splitkv_importable()
+_make_reference_importable()
 
 
 def pytest_configure(config):

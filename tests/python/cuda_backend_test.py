@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import harness
-import reference
 import splitkv
+import splitkv_reference
 
 pytestmark = pytest.mark.gpu
 
@@ -287,7 +287,8 @@ def test_cuda_graph_replays_paged_decode():
         for b, kv_len in enumerate(lens):
             pages = block_tables[b, :(kv_len + page_size - 1) // page_size]
             k, v = _gather_pages(cache, pages, kv_len)
-            expected, expected_lse = reference.attention(q[b:b + 1], k, v)
+            expected, expected_lse = splitkv_reference.attention(q[b:b + 1].cpu(), k.cpu(),
+                                                                 v.cpu())
             harness.assert_close(out[b:b + 1], expected, dtype)
             harness.assert_lse_close(lse[b:b + 1], expected_lse)
             worst = max(worst, _errors(out[b:b + 1], expected)[0])
@@ -345,7 +346,8 @@ def test_cuda_graph_replays_ragged_prefill():
         graph.replay()
         torch.cuda.synchronize()
         assert int(workspace.counter_region().count_nonzero()) == 0, f"replay {replay}"
-        expected, expected_lse = reference.ragged_attention(q, k, v, cu_q, cu_kv)
+        expected, expected_lse = splitkv_reference.ragged_attention(q.cpu(), k.cpu(), v.cpu(),
+                                                                    cu_q, cu_kv)
         harness.assert_close(out, expected, dtype)
         harness.assert_lse_close(lse, expected_lse)
         worst = max(worst, _errors(out, expected)[0])

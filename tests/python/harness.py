@@ -1,7 +1,8 @@
 """Shared test helpers: devices, tolerances, a pairwise case picker, and random problems.
 
-A problem holds the tensors of one call plus the float64 copies the reference needs, and
-knows how to run (and plan) itself on a workspace, so tests state only what they check.
+A problem holds the tensors of one call plus the copies the float64 reference
+(splitkv_reference, computed on the CPU) needs, and knows how to run (and plan) itself on a
+workspace, so tests state only what they check.
 """
 
 import dataclasses
@@ -12,8 +13,8 @@ import random
 import pytest
 import torch
 
-import reference
 import splitkv
+import splitkv_reference
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
@@ -152,6 +153,11 @@ def cu_seqlens(lengths, device):
                         device=device)
 
 
+def _reference_options(options):
+    return {k: v for k, v in options.items()
+            if k in ("causal", "sm_scale", "window_left", "logits_soft_cap")}
+
+
 @dataclasses.dataclass
 class PagedProblem:
     """A paged_attention call: tensors, and per request the keys/values the reference sees."""
@@ -182,12 +188,14 @@ class PagedProblem:
                                             self.seq_lens, workspace, **self.kwargs(**options))
 
     def reference(self, **options):
-        options = {k: v for k, v in options.items()
-                   if k in ("causal", "sm_scale", "window_left", "logits_soft_cap")}
+        """float64 (out, lse) on the CPU; options: the call's (those not about attention's
+        values are left out)."""
+        options = _reference_options(options)
+        q = self.q.cpu()
         outs, lses = [], []
         begin = 0
         for q_len, k, v in zip(self.q_lens, self.keys, self.values):
-            out, lse = reference.attention(self.q[begin:begin + q_len], k, v, **options)
+            out, lse = splitkv_reference.attention(q[begin:begin + q_len], k, v, **options)
             outs.append(out)
             lses.append(lse)
             begin += q_len
@@ -287,10 +295,10 @@ class RaggedProblem:
                                              self.cu_seqlens_kv, workspace, **options)
 
     def reference(self, **options):
-        options = {k: v for k, v in options.items()
-                   if k in ("causal", "sm_scale", "window_left", "logits_soft_cap")}
-        return reference.ragged_attention(self.q, self.k, self.v, self.cu_seqlens_q,
-                                          self.cu_seqlens_kv, **options)
+        """float64 (out, lse) on the CPU, as PagedProblem.reference."""
+        return splitkv_reference.ragged_attention(
+            self.q.cpu(), self.k.cpu(), self.v.cpu(), self.cu_seqlens_q, self.cu_seqlens_kv,
+            **_reference_options(options))
 
 
 def make_ragged(q_lens, kv_lens, *, num_kv_heads=2, group=1, head_dim=64, dtype=torch.float32,

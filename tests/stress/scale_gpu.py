@@ -6,9 +6,10 @@
 - ragged prefill: a batch above 65,535 requests whose k and v hold more than 2**31
   elements each.
 
-The reference runs on the device in float64, a chunk of requests at a time, gathering the
-keys with torch indexing (not the kernels' addressing); it is itself checked against
-tests/python/reference.py on a few requests. Ends with a table; exits nonzero on a failure.
+The reference (splitkv_reference.padded_attention) runs on the device in float64, a chunk
+of requests at a time, gathering the keys with torch indexing (not the kernels'
+addressing); a few requests are also checked against its one-request path on the CPU.
+Ends with a table; exits nonzero on a failure.
 
     PYTHONPATH=.device:tests/python python3 tests/stress/scale_gpu.py
     python3 tests/stress/scale_gpu.py --device=cpu --batch=300 --min_cache_elements=0  # dry run
@@ -22,7 +23,7 @@ from absl import app
 from absl import flags
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "python"))  # harness, reference
+sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "python"))  # harness
 try:
     import splitkv
 except ImportError:  # a source checkout: conftest finds the extension built by Bazel
@@ -32,7 +33,7 @@ except ImportError:  # a source checkout: conftest finds the extension built by 
 import torch  # noqa: E402
 
 import harness  # noqa: E402
-import reference  # noqa: E402
+import splitkv_reference  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("device", "cuda", "Device: cuda (or cpu for a small dry run).")
@@ -43,29 +44,6 @@ flags.DEFINE_integer("seed", 0, "Seed.")
 flags.DEFINE_list("cases", ["paged", "ragged"], "Which cases to run.")
 
 _DTYPE = torch.bfloat16
-
-
-def _reference(q, keys, values, q_lens, kv_lens, causal):
-    """float64 attention of padded requests: q [n, Lq, Hq, D], keys/values [n, Lk, Hkv, D];
-    returns out [n, Lq, Hq, D] and lse [n, Lq, Hq] (rows past q_len are garbage)."""
-    n, lq, hq, d = q.shape
-    hkv = keys.shape[2]
-    q = q.to(torch.float64).view(n, lq, hkv, hq // hkv, d)  # qo head h reads kv head h // group
-    key = torch.arange(keys.shape[1], device=q.device)
-    present = (key[None, :] < kv_lens[:, None])[:, :, None, None]  # [n, Lk, 1, 1]
-    # Padding positions may hold NaN (page tails): zero them, as 0 * NaN would spread.
-    keys = keys.to(torch.float64).masked_fill(~present, 0.0)
-    values = values.to(torch.float64).masked_fill(~present, 0.0)
-    logits = torch.einsum("nqhgd,nkhd->nhgqk", q, keys) * d ** -0.5
-    visible = key[None, None, :] < kv_lens[:, None, None]  # [n, 1, Lk]
-    if causal:
-        position = torch.arange(lq, device=q.device)[None, :] + (kv_lens - q_lens)[:, None]
-        visible = visible & (key[None, None, :] <= position[:, :, None])  # [n, Lq, Lk]
-    logits = logits.masked_fill(~visible[:, None, None], float("-inf"))
-    lse = torch.logsumexp(logits, dim=-1)  # [n, Hkv, group, Lq]
-    weights = torch.nan_to_num(torch.exp(logits - lse[..., None]), nan=0.0)
-    out = torch.einsum("nhgqk,nkhd->nqhgd", weights, values).reshape(n, lq, hq, d)
-    return out, lse.reshape(n, hq, lq).transpose(1, 2)
 
 
 def _chunk(longest_kv, num_kv_heads, head_dim):
@@ -139,15 +117,15 @@ def _check_paged(out, lse, q, cache, block_tables, seq_lens, errors):
         lens = seq_lens[part].to(torch.int64)
         keys = _paged_keys(cache, block_tables[part], lens, page_size, 0)
         values = _paged_keys(cache, block_tables[part], lens, page_size, 1)
-        ref_out, ref_lse = _reference(q[part, None], keys, values, torch.ones_like(lens), lens,
-                                      causal=True)
+        ref_out, ref_lse = splitkv_reference.padded_attention(
+            q[part, None], keys, values, torch.ones_like(lens), lens, causal=True)
         valid = torch.ones(ref_out.shape[:2], dtype=torch.bool, device=q.device)
         errors.add(out[part, None], lse[part, None], ref_out, ref_lse, valid)
-        if first == 0:  # the batched reference against tests/python/reference.py
+        if first == 0:  # the batched path against the one-request path, on the CPU
             for b in (0, 1, 7):
                 n = int(lens[b])
-                expected, expected_lse = reference.attention(q[b:b + 1], keys[b, :n],
-                                                             values[b, :n])
+                expected, expected_lse = splitkv_reference.attention(
+                    q[b:b + 1].cpu(), keys[b, :n].cpu(), values[b, :n].cpu())
                 torch.testing.assert_close(ref_out[b, :1].cpu(), expected)
                 torch.testing.assert_close(ref_lse[b, :1].cpu(), expected_lse)
 
@@ -182,9 +160,9 @@ def _check_ragged(out, lse, q, k, v, cu_q, cu_kv, errors):
         part = slice(first, min(batch, first + step))
         ql, kl = q_lens[part], kv_lens[part]
         lq, lk = int(ql.max()), int(kl.max())
-        ref_out, ref_lse = _reference(_padded_rows(q, cu_q64[part], ql, lq),
-                                      _padded_rows(k, cu_kv64[part], kl, lk),
-                                      _padded_rows(v, cu_kv64[part], kl, lk), ql, kl, causal=True)
+        ref_out, ref_lse = splitkv_reference.padded_attention(
+            _padded_rows(q, cu_q64[part], ql, lq), _padded_rows(k, cu_kv64[part], kl, lk),
+            _padded_rows(v, cu_kv64[part], kl, lk), ql, kl, causal=True)
         valid = torch.arange(lq, device=q.device)[None, :] < ql[:, None]
         errors.add(_padded_rows(out, cu_q64[part], ql, lq), _padded_rows(lse, cu_q64[part], ql, lq),
                    ref_out, ref_lse, valid)

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "python"))  # reference, harness (tests/python)
+                                "python"))  # harness (tests/python)
 
 import harness  # noqa: E402
-import reference  # noqa: E402
 import splitkv  # noqa: E402  (importable: Bazel's runfiles, or this directory's conftest)
+import splitkv_reference  # noqa: E402  (likewise)
 
 MIB8 = splitkv.COUNTER_REGION_BYTES
 INT32_MAX = 2**31 - 1
@@ -107,7 +107,7 @@ def test_layout_of_the_largest_int32_shapes():
 
 
 def _check(out, lse, q, keys, values, options):
-    expected, expected_lse = reference.attention(q, keys, values, **options)
+    expected, expected_lse = splitkv_reference.attention(q, keys, values, **options)
     harness.assert_close(out, expected, DTYPE)
     harness.assert_lse_close(lse, expected_lse)
 

@@ -14,8 +14,9 @@ nonzero on any failure.
     python3 tests/stress/stress.py --launches=20000 --seed=7       # bigger
     python3 tests/stress/stress.py --device=cuda --launches=100000 # on the GPU machine
 
-Needs `splitkv` importable (Bazel's runfiles, PYTHONPATH=.device on the GPU machine, or a
-local build found like tests/python/conftest.py does) and tests/python (found from here).
+Needs `splitkv` and `splitkv_reference` importable (Bazel's runfiles, PYTHONPATH=.device on
+the GPU machine, or a local build found like tests/python/conftest.py does) and tests/python
+(found from here).
 """
 
 import collections
@@ -28,7 +29,7 @@ from absl import app
 from absl import flags
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "python"))  # harness, reference
+sys.path.insert(0, os.path.join(os.path.dirname(_HERE), "python"))  # harness
 try:
     import splitkv
 except ImportError:  # a source checkout: conftest finds the extension built by Bazel

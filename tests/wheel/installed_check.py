@@ -2,20 +2,23 @@
 
 Run with that environment's python, from a directory outside the source tree:
 
-    python installed_check.py --reference_dir tests/python --expect_prefix "$VENV" [--compile]
-        [--device cuda]
+    python installed_check.py --reference python/splitkv_reference/__init__.py
+        --expect_prefix "$VENV" [--compile] [--device cuda]
 
 It imports splitkv (refusing a copy outside --expect_prefix), runs paged and ragged
-attention on random problems against the float64 reference (tests/python/reference.py,
-plain torch), checks the counter region is zero after every call, runs the same calls
-through splitkv.ops (eager, and with --compile under torch.compile(fullgraph=True)) and,
-on CUDA, replays them from a CUDA graph. Exits non-zero on the first failure.
+attention on random problems against the float64 reference (splitkv_reference, plain
+torch, loaded from its file: the directory above it holds splitkv's sources, which must
+not shadow the installed copy), checks the counter region is zero after every call, runs
+the same calls through splitkv.ops (eager, and with --compile under
+torch.compile(fullgraph=True)) and, on CUDA, replays them from a CUDA graph. Exits non-zero
+on the first failure.
 
 Only torch and the standard library are imported (argparse, not absl): the environments
 under test hold torch and splitkv, nothing else.
 """
 
 import argparse
+import importlib.util
 import math
 import os
 import sys
@@ -30,7 +33,8 @@ _LSE_TOLERANCE = (1e-4, 2e-5)
 
 def _parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--reference_dir", required=True, help="directory of reference.py")
+    parser.add_argument("--reference", required=True,
+                        help="path of python/splitkv_reference/__init__.py")
     parser.add_argument("--expect_prefix", required=True,
                         help="splitkv must be imported from below this directory")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
@@ -109,7 +113,7 @@ def check_paged(splitkv, reference, workspace, device, compiled):
                                                num_splits=num_splits, return_lse=True)
             workspace.check_counter_region()
             for b in range(q.shape[0]):
-                ref_out, ref_lse = reference.attention(q[b:b + 1], keys[b], values[b])
+                ref_out, ref_lse = reference.attention(q[b:b + 1].cpu(), keys[b], values[b])
                 _close(f"{name} out[{b}]", out[b:b + 1], ref_out, _TOLERANCE[dtype])
                 _close(f"{name} lse[{b}]", lse[b:b + 1], ref_lse, _LSE_TOLERANCE)
             args = (q, cache, block_tables, seq_lens, workspace)
@@ -134,7 +138,7 @@ def check_ragged(splitkv, reference, workspace, device, compiled):
         out, lse = splitkv.ragged_attention(q, k, v, cu_q, cu_kv, workspace,
                                             num_splits=num_splits, return_lse=True)
         workspace.check_counter_region()
-        ref_out, ref_lse = reference.ragged_attention(q, k, v, cu_q, cu_kv)
+        ref_out, ref_lse = reference.ragged_attention(q.cpu(), k.cpu(), v.cpu(), cu_q, cu_kv)
         _close(f"{name} out", out, ref_out, _TOLERANCE[dtype])
         _close(f"{name} lse", lse, ref_lse, _LSE_TOLERANCE)
         args = (q, k, v, cu_q, cu_kv, workspace)
@@ -185,8 +189,9 @@ def _compiled_functions(splitkv):
 
 def main(argv):
     args = _parse_args(argv)
-    sys.path.insert(0, os.path.abspath(args.reference_dir))
-    import reference
+    spec = importlib.util.spec_from_file_location("splitkv_reference", args.reference)
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
     import splitkv
 
     where = os.path.realpath(splitkv.__file__)

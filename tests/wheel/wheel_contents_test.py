@@ -133,7 +133,8 @@ def test_pip_installs_it_into_a_fresh_venv_where_attention_runs(wheel_path, tmp_
 
     check = subprocess.run(
         [python, str(_RUNFILES / "tests" / "wheel" / "installed_check.py"),
-         "--reference_dir", str(_RUNFILES / "tests" / "python"), "--expect_prefix", str(env_dir)],
+         "--reference", str(_RUNFILES / "python" / "splitkv_reference" / "__init__.py"),
+         "--expect_prefix", str(env_dir)],
         cwd=tmp_path, capture_output=True, text=True, env=clean_env())
     print(check.stdout)
     assert check.returncode == 0, check.stdout + check.stderr

@@ -53,8 +53,8 @@ def test_wheel_runs_next_to_torch_2_14(tmp_path):
     runfiles = wheel_contents_test._RUNFILES
     check = subprocess.run(
         [python, str(runfiles / "tests" / "wheel" / "installed_check.py"),
-         "--reference_dir", str(runfiles / "tests" / "python"), "--expect_prefix", str(env_dir),
-         "--compile"],
+         "--reference", str(runfiles / "python" / "splitkv_reference" / "__init__.py"),
+         "--expect_prefix", str(env_dir), "--compile"],
         cwd=tmp_path, capture_output=True, text=True,
         env=wheel_contents_test.clean_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor")))
     print(check.stdout)

@@ -9,9 +9,9 @@ import typing
 import torch
 
 import splitkv
+from tools.bench import accuracy
 from tools.bench import inputs
 from tools.bench import peers
-from tools.bench import reference
 from tools.bench import timing
 
 
@@ -150,7 +150,7 @@ def run_decode(ctx, case):
         return [skipped]
     gen = _generator(ctx)
     contiguous = _decode_copies(ctx, case, dtype, gen)
-    sample = reference.decode_sample(contiguous[0], ctx.seed)
+    sample = accuracy.decode_sample(contiguous[0], ctx.seed)
     sdpa_ref, rows = {}, []
     for name, prepare in peers.decode_contiguous_peers(ctx.device):
         rows.append(_measure(ctx, case, dtype, name, prepare, contiguous, sample, sdpa_ref))
@@ -179,7 +179,7 @@ def run_prefill(ctx, case):
     copy_bytes = total * (case.num_qo_heads + 2 * case.num_kv_heads) * case.head_dim * element
     copies = inputs.prefill_copies(case, dtype, ctx.device,
                                    inputs.num_copies(copy_bytes, ctx.rotate_bytes, limit=16), gen)
-    sample = reference.prefill_sample(copies[0], case.lengths, case.causal, ctx.seed)
+    sample = accuracy.prefill_sample(copies[0], case.lengths, case.causal, ctx.seed)
     sdpa_ref, rows = {}, []
     for name, prepare in peers.prefill_peers(ctx.device):
         rows.append(_measure(ctx, case, dtype, name, prepare, copies, sample, sdpa_ref))
@@ -197,7 +197,7 @@ def run_merge(ctx, case):
         return [skipped]
     gen = _generator(ctx)
     contiguous = _decode_copies(ctx, case, dtype, gen)
-    sample = reference.decode_sample(contiguous[0], ctx.seed)
+    sample = accuracy.decode_sample(contiguous[0], ctx.seed)
     paged = [inputs.paged_copy(c, case.page_size, ctx.kv_layout, gen) for c in contiguous]
     contiguous = None
     _free()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds splitkv for the GPU machine and stages it in .device/splitkv (git-ignored): the
 # Python sources plus the extension compiled with --config=cuda (sm_90a + sm_80 kernels,
-# static CUDA runtime) against Python 3.12, the GPU machine's interpreter. That machine has
-# no Bazel, so the build happens here and .device travels with the device tool's `carry`.
+# static CUDA runtime) against Python 3.12, the GPU machine's interpreter. Beside it,
+# .device/splitkv_reference: the float64 reference the tests, the replay and the bench
+# import. That machine has no Bazel, so the build happens here and .device travels with
+# the device tool's `carry`.
 #
 #   tools/gpu/build_package.sh            # then: run(command="bash tools/gpu/run_checks.sh",
 #                                         #            carry=[".device"])
@@ -20,9 +22,11 @@ flags=(--config=cuda --repo_env=SPLITKV_PYTHON="${python}")
 bin="$(./tools/bazel "${startup[@]}" info "${flags[@]}" bazel-bin 2>/dev/null)"
 suffix="$("${python}" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 
-rm -rf .device/splitkv
-mkdir -p .device/splitkv
+rm -rf .device/splitkv .device/splitkv_reference
+mkdir -p .device/splitkv .device/splitkv_reference
 cp python/splitkv/*.py .device/splitkv/
 cp "${bin}/python/splitkv/_splitkv${suffix}" .device/splitkv/
-chmod u+w .device/splitkv/*
+cp python/splitkv_reference/*.py .device/splitkv_reference/
+chmod u+w .device/splitkv/* .device/splitkv_reference/*
 echo "staged $(du -sh .device/splitkv | cut -f1) in .device/splitkv ($(ls .device/splitkv | tr '\n' ' '))"
+echo "staged .device/splitkv_reference ($(ls .device/splitkv_reference | tr '\n' ' '))"

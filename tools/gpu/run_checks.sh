@@ -9,7 +9,8 @@
 #           backend, 1000+ interleaved launches on one workspace, CUDA graph replays);
 # sanitize: compute-sanitizer memcheck, racecheck, synccheck on tools/gpu/sanitizer_cases.py;
 # sass:     instruction counts per kernel from cuobjdump (spills, mma, cp.async);
-# bench:    tools/gpu/bench.py (decode TB/s, prefill TFLOP/s).
+# bench:    tools/bench/bench.py --shapes=quick (splitkv beside torch's SDPA, flex, varlen:
+#           decode TB/s, prefill TFLOP/s, errors against float64); its files in $OUT/bench.
 # Logs go to $OUT (the device tool's folder; /tmp/splitkv_checks elsewhere); a summary last.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -65,7 +66,9 @@ for step in "${steps[@]}"; do
       summary+=("sass: rc=$?"); cat "${out}/sass_summary.txt" | head -n 30
       ;;
     bench)
-      timeout 150 python3 tools/gpu/bench.py > "${out}/bench.log" 2>&1
+      # --time_budget_s starts no case past 150 s; the timeout leaves the last one time to end.
+      timeout 240 python3 tools/bench/bench.py --device=cuda --shapes=quick --out_dir="${out}/bench" \
+        --time_budget_s=150 --flex_compile_budget_s=45 > "${out}/bench.log" 2>&1
       summary+=("bench: rc=$?")
       ;;
     *) echo "unknown step ${step}: expected smoke, tests, sanitize, sass or bench" >&2; exit 2 ;;

@@ -4,7 +4,7 @@ import dataclasses
 
 import torch
 
-from tools.replay.reference import attention_reference, decode_reference
+import splitkv_reference
 
 # (atol, rtol) of an output against float64 on the same (rounded) inputs: the kernels
 # accumulate in float32, so what is left is mostly the output's own rounding.
@@ -62,7 +62,8 @@ def check_prefill(step, seqs, q, out, lse, cache, sm_scale, stats):
     for seq in seqs:
         length = seq.request.context_tokens
         k, v = cache.gather(seq.pages, length)
-        ref_out, ref_lse = attention_reference(q[offset:offset + length], k, v, sm_scale, causal=True)
+        ref_out, ref_lse = splitkv_reference.attention(q[offset:offset + length], k, v, causal=True,
+                                                       sm_scale=sm_scale)
         message = _compare("prefill", step, seq, length, length, out[offset:offset + length],
                            lse[offset:offset + length], ref_out, ref_lse, stats)
         messages += [message] if message else []
@@ -91,7 +92,7 @@ def check_decode(step, seqs, kv_lens, q, out, lse, cache, sm_scale, stats):
         index = torch.tensor(chunk, device=q.device)
         k, v = cache.gather_padded([seqs[i] for i in chunk], [kv_lens[i] for i in chunk])
         lens = torch.tensor([kv_lens[i] for i in chunk], device=q.device)
-        ref_out, ref_lse = decode_reference(q[index], k, v, lens, sm_scale)
+        ref_out, ref_lse = splitkv_reference.decode_attention(q[index], k, v, lens, sm_scale=sm_scale)
         got_out, got_lse = out[index], lse[index]
         for j, i in enumerate(chunk):
             message = _compare("decode", step, seqs[i], 1, kv_lens[i], got_out[j:j + 1], got_lse[j:j + 1],

@@ -1,16 +1,17 @@
-"""Correctness beside the speed: a float64 reference on sampled output rows.
+"""Correctness beside the speed: the float64 reference (splitkv_reference) on sampled
+output rows.
 
 A full float64 reference of a large case costs more than the bench (a 16k causal prefill
-would materialize a 16k x 16k score matrix per head), so a few requests and a few query
-rows of each are checked; the same rows of every implementation's output are compared to
-the reference and to SDPA's.
+is 16k x 16k scores per head), so a few requests and a few query rows of each are checked;
+the same rows of every implementation's output are compared to the reference and to SDPA's.
 """
 
 import dataclasses
-import math
 import random
 
 import torch
+
+import splitkv_reference
 
 # atol, rtol on |out - ref| per dtype (as tools/replay/checks.py).
 TOLERANCES = {
@@ -28,22 +29,6 @@ def _pick(count, limit, rng):
         return list(range(count))
     middle = rng.sample(range(1, count - 1), limit - 2)
     return sorted([0, count - 1] + middle)
-
-
-def attention_rows(q, k, v, positions, causal):
-    """float64 attention of query rows q [n, num_qo_heads, d] over k, v [kv_len, num_kv_heads, d];
-    row i sits at KV position positions[i] (it sees keys j <= positions[i] when causal)."""
-    n, num_qo_heads, head_dim = q.shape
-    kv_len, num_kv_heads, _ = k.shape
-    group = num_qo_heads // num_kv_heads
-    qd = q.double().view(n, num_kv_heads, group, head_dim)
-    scores = torch.einsum("nhgd,lhd->nhgl", qd, k.double()) / math.sqrt(head_dim)
-    if causal:
-        pos = torch.tensor(positions, device=q.device).view(n, 1, 1, 1)
-        keys = torch.arange(kv_len, device=q.device).view(1, 1, 1, kv_len)
-        scores = scores.masked_fill(keys > pos, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    return torch.einsum("nhgl,lhd->nhgd", probs, v.double()).reshape(n, num_qo_heads, head_dim)
 
 
 @dataclasses.dataclass
@@ -72,8 +57,9 @@ def decode_sample(copy, seed=0):
     rng = random.Random(seed)
     batch = copy.q.shape[0]
     requests = _pick(batch, MAX_REQUESTS, rng)
-    refs = [attention_rows(copy.q[b:b + 1], copy.k[b].transpose(0, 1), copy.v[b].transpose(0, 1),
-                           [copy.k.shape[2] - 1], causal=False) for b in requests]
+    refs = [splitkv_reference.attention(copy.q[b:b + 1], copy.k[b].transpose(0, 1),
+                                        copy.v[b].transpose(0, 1), causal=False)[0]
+            for b in requests]
     rows = torch.tensor(requests, dtype=torch.int64, device=copy.q.device)
     return Sample(rows, torch.cat(refs), copy.q.dtype)
 
@@ -90,7 +76,8 @@ def prefill_sample(copy, lengths, causal, seed=0):
         begin, end = starts[b], starts[b + 1]
         picked = _pick(end - begin, MAX_ROWS_PER_REQUEST, rng)
         q = copy.q[begin:end][picked]
-        refs.append(attention_rows(q, copy.k[begin:end], copy.v[begin:end], picked, causal))
+        refs.append(splitkv_reference.attention(q, copy.k[begin:end], copy.v[begin:end],
+                                                causal=causal, positions=picked)[0])
         rows += [begin + i for i in picked]
     rows = torch.tensor(rows, dtype=torch.int64, device=copy.q.device)
     return Sample(rows, torch.cat(refs), copy.q.dtype)
