@@ -1,9 +1,12 @@
 #include "cc/splitkv/launchers.h"
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "cc/splitkv/arg_checks.h"
 #include "cc/splitkv/backend.h"
@@ -16,6 +19,8 @@ namespace {
 constexpr const char* kPagedOp = "paged_attention";
 constexpr const char* kRaggedOp = "ragged_attention";
 constexpr int64_t kMaxCpuHeadDim = 1024;
+// A q_len is an int32 difference of cu_seqlens; a larger bound only overflows tile counts.
+constexpr int64_t kMaxQLen = INT32_MAX;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -66,7 +71,8 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
     throw WorkspaceError(std::string(check.op()) + ": workspace misaligned: expected a base address "
                          "aligned to " + std::to_string(kWorkspaceAlignment) + " bytes, got address % " +
                          std::to_string(kWorkspaceAlignment) + " = " +
-                         std::to_string(base % kWorkspaceAlignment));
+                         std::to_string(base % kWorkspaceAlignment) +
+                         "; allocate it 256-byte aligned (splitkv.Workspace does)");
   }
   if (workspace.bytes < kCounterRegionBytes) {
     throw WorkspaceError(std::string(check.op()) + ": workspace too small: need at least " +
@@ -79,6 +85,30 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
   if (a < 0 || b < 0) {
     check.Fail(std::string(tensor) + " strides", "negative", "strides >= 0",
                std::to_string(a) + ", " + std::to_string(b));
+  }
+}
+
+// Output rows (head_dim elements at token * stride_token + head * stride_head) must not
+// share an element: two rows written to the same place would race and lose one result.
+// Axes of one row are ignored; the others, in stride order, must each clear the extent of
+// the ones inside them.
+void CheckDisjointRows(const ArgChecks& check, const char* tensor, int64_t num_tokens,
+                       int64_t stride_token, int64_t num_heads, int64_t stride_head, int64_t head_dim) {
+  struct Axis {
+    int64_t count, stride;
+  };
+  Axis axes[2] = {{num_tokens, stride_token}, {num_heads, stride_head}};
+  if (axes[0].stride > axes[1].stride) std::swap(axes[0], axes[1]);
+  int64_t extent = head_dim;
+  for (const Axis& axis : axes) {
+    if (axis.count <= 1) continue;
+    if (axis.stride < extent) {
+      check.Fail(std::string(tensor) + " strides", "overlap",
+                 "rows of head_dim = " + std::to_string(head_dim) + " elements that share no element",
+                 std::string(tensor) + "_stride_token = " + std::to_string(stride_token) + ", " +
+                     tensor + "_stride_head = " + std::to_string(stride_head));
+    }
+    extent = axis.stride * (axis.count - 1) + extent;
   }
 }
 
@@ -142,6 +172,19 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
   }
 }
 
+// Runs a CPU launch; if a task threw (out of memory, say) after others had counted in,
+// every task has still finished when the pool rethrows, so the launch's counters can be
+// put back to zero here before the error leaves: the workspace stays usable.
+template <typename Launch>
+void RunCpuLaunch(const SplitPlan& plan, const WorkspaceBuffer& ws, const Launch& launch) {
+  try {
+    launch();
+  } catch (...) {
+    if (plan.num_splits > 1) std::memset(ws.data, 0, plan.num_tiles * kCounterBytes);
+    throw;
+  }
+}
+
 // ---- paged ----
 
 void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
@@ -154,12 +197,14 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
     check.Fail("page_size", "not supported on cuda", "a power of two", std::to_string(p.page_size));
   }
   check.AtLeast("max_pages_per_seq", p.max_pages_per_seq, 1);
-  check.AtLeast("block_tables_stride", p.block_tables_stride, p.max_pages_per_seq);
-  check.AtLeast("max_q_len", p.max_q_len, 1);
+  // 0 is allowed: every request then reads the same row of pages (a shared prefix).
+  check.AtLeast("block_tables_stride", p.block_tables_stride, 0);
+  check.InRange("max_q_len", p.max_q_len, 1, kMaxQLen + 1);
   check.AtLeast("max_kv_len", p.max_kv_len, 0);
   if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
+  CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
   CheckStrides(check, "k_cache", p.k_stride_page, p.k_stride_head);
   CheckStrides(check, "v_cache", p.v_stride_page, p.v_stride_head);
   CheckStrides(check, "k_cache/v_cache slot", p.k_stride_slot, p.v_stride_slot);
@@ -211,12 +256,13 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   check.AtLeast("batch_size", p.batch_size, 0);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("total_kv", p.total_kv, 0);
-  check.AtLeast("max_q_len", p.max_q_len, 0);
+  check.InRange("max_q_len", p.max_q_len, 0, kMaxQLen + 1);
   check.AtLeast("max_kv_len", p.max_kv_len, 0);
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
   CheckStrides(check, "k", p.k_stride_token, p.k_stride_head);
   CheckStrides(check, "v", p.v_stride_token, p.v_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
+  CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
   check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
   check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
   if (p.total_q > 0) {
@@ -265,7 +311,7 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
   } else {
     CheckPagedIndices(check, params);
     CheckCountersBeforeCpuLaunch(kPagedOp, plan, params.workspace);
-    cpu::PagedAttention(params, plan);
+    RunCpuLaunch(plan, params.workspace, [&] { cpu::PagedAttention(params, plan); });
   }
   return plan;
 }
@@ -279,7 +325,7 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
   } else {
     CheckRaggedIndices(check, params);
     CheckCountersBeforeCpuLaunch(kRaggedOp, plan, params.workspace);
-    cpu::RaggedAttention(params, plan);
+    RunCpuLaunch(plan, params.workspace, [&] { cpu::RaggedAttention(params, plan); });
   }
   return plan;
 }

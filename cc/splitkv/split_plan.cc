@@ -29,6 +29,22 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
 
 namespace {
 
+// Bytes a call with `num_splits` needs, in 128-bit arithmetic: shapes a caller can build
+// (stride-0 views, say) may need more than int64 can count, which must read "too small",
+// never wrap around to a small positive number.
+__int128 RequiredBytes128(const LayoutShape& shape, int64_t num_splits) {
+  if (num_splits <= 1) return RequiredWorkspaceBytes(shape, 1);
+  const __int128 partials = static_cast<__int128>(num_splits) * shape.total_q * shape.num_qo_heads;
+  const __int128 stats = partials * kSoftmaxStatBytes;
+  const __int128 scratch = partials * shape.head_dim * kScratchElementBytes;
+  return kCounterRegionBytes + stats + scratch + 3 * kWorkspaceAlignment;  // >= the aligned sum
+}
+
+bool Fits(const LayoutShape& shape, int64_t num_splits, int64_t workspace_bytes) {
+  if (RequiredBytes128(shape, num_splits) > static_cast<__int128>(int64_t{1} << 62)) return false;
+  return RequiredWorkspaceBytes(shape, num_splits) <= workspace_bytes;
+}
+
 std::string TooSmallMessage(const SplitPlanRequest& r, int64_t num_splits, int64_t needed) {
   return std::string(r.op) + ": workspace too small: need " + std::to_string(needed) +
          " bytes for num_splits=" + std::to_string(num_splits) + ", got " +
@@ -52,6 +68,11 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   };
   if (r.forced_num_splits >= 1) {
     const int64_t s = r.forced_num_splits;
+    if (RequiredBytes128(r.layout_shape, s) > static_cast<__int128>(int64_t{1} << 62)) {
+      throw WorkspaceError(std::string(r.op) + ": workspace too small: need more than 2^62 bytes for num_splits=" +
+                           std::to_string(s) + ", got " + std::to_string(r.workspace_bytes) +
+                           "; let the planner choose num_splits");
+    }
     const int64_t needed = RequiredWorkspaceBytes(r.layout_shape, s);
     if (needed > r.workspace_bytes) throw WorkspaceError(TooSmallMessage(r, s, needed));
     if (!fits_counters(s)) {
@@ -65,8 +86,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   } else {
     int64_t s = NumSplitsHeuristic(plan.num_tiles, r.num_workers, r.max_kv_len,
                                    r.min_keys_per_split, r.max_splits);
-    while (s > 1 && (RequiredWorkspaceBytes(r.layout_shape, s) > r.workspace_bytes ||
-                     !fits_counters(s))) {
+    while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }
     plan.num_splits = s;

@@ -12,7 +12,7 @@
 //   [scratch_offset, +scratch_bytes)    scratch: float32 partial output, normalised by its
 //                                       split's sum_exp, per (split_idx, q token, qo head, d).
 //
-// Invariants (../shared/DESIGN.md): the counter region is always bytes [0, kCounterRegionBytes)
+// Invariants (README.md, "The workspace contract"): the counter region is always bytes [0, kCounterRegionBytes)
 // whatever the call (nothing whose size depends on the call is placed before it); each
 // launch leaves every counter 0; the softmax and scratch regions may hold anything at launch
 // start. With num_splits == 1 a call needs neither softmax stats nor scratch (the output is

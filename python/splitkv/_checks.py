@@ -131,10 +131,21 @@ def integer(op, name, value, minimum, expected):
     return value
 
 
+# The C++ options are float32: a value outside its normal range would silently become 0
+# (a soft cap turned off) or inf.
+_FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def real(op, name, value):
+    """A Python float that float32 represents: 0, NaN/inf as given, or a normal magnitude."""
     if isinstance(value, bool) or not hasattr(value, "__float__"):
         fail(op, name, "has the wrong type", "a float", repr(value), error=TypeError)
-    return float(value)
+    value = float(value)
+    if value != 0 and _FLOAT32_MIN_NORMAL > abs(value) or _FLOAT32_MAX < abs(value) < float("inf"):
+        fail(op, name, "not representable in float32",
+             "0 or a magnitude in [1.2e-38, 3.4e38]", repr(value))
+    return value
 
 
 def _byte_span(x):
@@ -144,20 +155,25 @@ def _byte_span(x):
     return begin, begin + (extent + 1) * x.element_size()
 
 
+def disjoint(op, name, x, named_tensors, noun, fix):
+    """Refuse `x`, which the call writes, sharing a byte with any of `named_tensors`
+    ((name, tensor or None) pairs; tensors on another device are skipped). The spans from
+    first to last element are compared; the offsets reported are within `x`."""
+    if x is None or x.numel() == 0:
+        return
+    x_begin, x_end = _byte_span(x)
+    for other, y in named_tensors:
+        if y is None or y.device != x.device or y.numel() == 0:
+            continue
+        begin, end = _byte_span(y)
+        if begin < x_end and x_begin < end:
+            shared = f"[{max(begin, x_begin) - x_begin}, {min(end, x_end) - x_begin})"
+            fail(op, name, f"overlaps {other}", f"a {noun} sharing no byte with {other}",
+                 f"{name} bytes {shared} within {other}'s span", fix)
+
+
 def workspace_disjoint(op, buffer, named_tensors):
     """The call writes every workspace byte it plans to use: refuse a workspace that shares
-    bytes with an input or output (the spans from first to last element are compared).
-
-    named_tensors: (name, tensor or None) pairs; tensors on another device are skipped.
-    """
-    ws_begin = buffer.data_ptr()
-    ws_end = ws_begin + buffer.numel()
-    for name, x in named_tensors:
-        if x is None or x.device != buffer.device or x.numel() == 0:
-            continue
-        begin, end = _byte_span(x)
-        if begin < ws_end and ws_begin < end:
-            shared = f"[{max(begin, ws_begin) - ws_begin}, {min(end, ws_end) - ws_begin})"
-            fail(op, "workspace", f"overlaps {name}", f"a buffer sharing no byte with {name}",
-                 f"workspace bytes {shared} within {name}'s span",
-                 "allocate the workspace on its own (splitkv.Workspace)")
+    bytes with an input or output."""
+    disjoint(op, "workspace", buffer, named_tensors, "buffer",
+             "allocate the workspace on its own (splitkv.Workspace)")

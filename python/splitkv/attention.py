@@ -132,10 +132,14 @@ def _outputs(op, q, out, return_lse, launch):
 def _fill_common(params, q, out, lse, dtype, backend, options, workspace):
     params.q = q.data_ptr()
     params.q_stride_token, params.q_stride_head = q.stride(0), q.stride(1)
-    # A plan never writes: without an out tensor, q's address stands in for it.
-    target = out if out is not None else q
-    params.out = target.data_ptr()
-    params.out_stride_token, params.out_stride_head = target.stride(0), target.stride(1)
+    if out is not None:
+        params.out = out.data_ptr()
+        params.out_stride_token, params.out_stride_head = out.stride(0), out.stride(1)
+    else:
+        # A plan never writes: q's address stands in for out, with the strides of the
+        # contiguous out a call would allocate.
+        params.out = q.data_ptr()
+        params.out_stride_token, params.out_stride_head = q.shape[1] * q.shape[2], q.shape[2]
     params.lse = lse.data_ptr() if lse is not None else 0
     params.total_q, params.num_qo_heads, params.head_dim = q.shape
     params.dtype = dtype
@@ -199,6 +203,8 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v)], "tensor",
+                     "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
         ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse)])
@@ -316,7 +322,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
         of range, cu_seqlens_q not a prefix sum from 0, a workspace too small (for the
         counter region or a forced num_splits), misaligned, its counter region corrupted,
-        or in use by another thread; an unsupported head_dim, dtype or backend.
+        or in use by another thread; out overlapping an input or itself; a head_dim the
+        backend does not support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
     RuntimeError
         A CUDA call failed.
 
@@ -405,6 +412,8 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v)], "tensor",
+                     "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
         ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse)])
@@ -494,7 +503,8 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at
         total_q / total_kv, a workspace too small (for the counter region or a forced
         num_splits), misaligned, its counter region corrupted, or in use by another
-        thread; an unsupported head_dim, dtype or backend.
+        thread; out overlapping an input or itself; a head_dim the backend does not
+        support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
     RuntimeError
         A CUDA call failed.
 

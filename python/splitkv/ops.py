@@ -60,6 +60,7 @@ def _lse(op, lse, q):
 def _launch(op, launcher, params, q, lse, workspace):
     if lse is not None:
         _lse(op, lse, q)
+        _checks.workspace_disjoint(op, _checks.workspace_tensor(op, workspace), [("lse", lse)])
         params.lse = lse.data_ptr()
     attention._run(op, launcher, params, q, workspace)
 

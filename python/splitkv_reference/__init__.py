@@ -1,7 +1,7 @@
 """splitkv's one float64 attention reference: plain torch, for the tests and the tools.
 
-Semantics of ../shared/DESIGN.md ("Semantics"): query i of a request with q_len queries and
-kv_len keys sits at KV position kv_len - q_len + i (the queries are the last q_len tokens);
+The semantics of splitkv's operations: query i of a request with q_len queries and kv_len
+keys sits at KV position kv_len - q_len + i (the queries are the last q_len tokens);
 causal: it sees keys j <= that position; a window w >= 0 also needs j >= position - w; a
 soft cap c > 0 maps the scaled logit s to c * tanh(s / c); LSE is the natural-log
 log-sum-exp of the visible logits. A row that sees no key gets output 0 and LSE -inf,

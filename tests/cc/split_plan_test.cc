@@ -156,6 +156,27 @@ TEST(WorkspaceBelowTheCounterRegionIsRefused) {
   }
 }
 
+TEST(BytesBeyondInt64AreTooSmallNotWrapped) {
+  // 2^15 tokens x 2^15 heads x 1022 x 2^22 splits x 4 bytes overflows int64: the plan must
+  // refuse a forced count and lower a chosen one, never accept a wrapped-around size.
+  SplitPlanRequest r;
+  r.op = "test_op";
+  r.layout_shape = LayoutShape{int64_t{1} << 15, int64_t{1} << 15, 1022};
+  r.batch_size = 1;
+  r.num_kv_heads = 1;
+  r.max_kv_len = 1;
+  r.workspace_bytes = kCounterRegionBytes;
+  r.forced_num_splits = int64_t{1} << 22;
+  EXPECT_THROWS(WorkspaceError, PlanSplits(r), "test_op: workspace too small", "more than 2^62 bytes",
+                "num_splits=4194304", "got 8388608");
+  r.forced_num_splits = 0;
+  r.max_kv_len = int64_t{1} << 40;
+  r.min_keys_per_split = 1;
+  r.max_splits = int64_t{1} << 22;
+  r.num_workers = int64_t{1} << 30;
+  EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
+}
+
 TEST(TooManyTilesForTheCounterRegion) {
   SplitPlanRequest r;
   r.op = "test_op";

@@ -240,10 +240,16 @@ ROWS = [
     Row("too_many_tiles", "ragged",
         "forced num_splits > 1 with more work tiles than counters (2**21; refused on CUDA "
         "too, with its own tile count)", ValueError,
-        _R + "too many work tiles for the counter region: need 402653184 counters for "
+        _R + "too many work tiles for the counter region: need 4194306 counters for "
         "num_splits=2, the region holds 2097152; use num_splits=1 or a smaller batch",
-        # The count depends on the backend's query tile: the exact text is the CPU's.
-        lambda p, ws, d: _ragged_call(p, ws, num_splits=2, max_q_len=2**31 - 1), "cpu"),
+        # 2**21 + 1 requests, the last with the one query: a tile per request and kv head (2).
+        lambda p, ws, d: _ragged_call(
+            p, ws, q=p.q[:1], k=p.k[:1], v=p.v[:1], num_splits=2,
+            cu_seqlens_q=torch.cat([torch.zeros(2**21 + 1, dtype=torch.int32),
+                                    torch.ones(1, dtype=torch.int32)]).to(d),
+            cu_seqlens_kv=torch.cat([torch.zeros(2**21 + 1, dtype=torch.int32),
+                                     torch.ones(1, dtype=torch.int32)]).to(d)),
+        "cpu"),
     Row("ragged_head_dim_unsupported_cuda", "ragged", "head_dim other than 64, 128, 256 on CUDA",
         ValueError, _R + "head_dim not supported on cuda: expected 64, 128 or 256, got 32",
         lambda p, ws, d: _ragged_call(p, ws, q=p.q[..., :32].contiguous(),

@@ -204,6 +204,19 @@ PAGED_CASES = [
     ("q_not_a_tensor", TypeError,
      r"paged_attention: q has the wrong type: expected a torch.Tensor, got list",
      lambda p, ws, d: _paged_call(p, ws, q=[1.0]), False),
+    ("out_overlaps_q", ValueError,
+     r"paged_attention: out overlaps q: expected a tensor sharing no byte with q, got out "
+     r"bytes \[0, 1536\) within q's span; attention is not computed in place",
+     lambda p, ws, d: _paged_call(p, ws, out=p.q), False),
+    ("out_rows_overlap", ValueError,
+     r"paged_attention: out strides overlap: expected rows of head_dim = 64 elements that "
+     r"share no element, got out_stride_token = 64, out_stride_head = 0",
+     lambda p, ws, d: _paged_call(p, ws, out=torch.empty(3, 1, 64, dtype=p.q.dtype,
+                                                          device=d).expand(3, 4, 64)), False),
+    ("logits_soft_cap_below_float32", ValueError,
+     r"paged_attention: logits_soft_cap not representable in float32: expected 0 or a "
+     r"magnitude in \[1.2e-38, 3.4e38\], got 1e-46",
+     lambda p, ws, d: _paged_call(p, ws, logits_soft_cap=1e-46), False),
 ]
 
 RAGGED_CASES = [

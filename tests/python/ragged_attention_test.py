@@ -1,5 +1,6 @@
 """ragged_attention against the float64 reference (pairwise grid plus edge cases)."""
 
+import math
 import zlib
 
 import pytest
@@ -134,3 +135,21 @@ def test_cpu_head_dims_beyond_the_gpu_set(head_dim):
         expected, expected_lse = problem.reference()
         harness.assert_close(out, expected, torch.float32)
         harness.assert_lse_close(lse, expected_lse)
+
+
+def test_cpu_huge_sm_scale_with_soft_cap_stays_finite():
+    # sm_scale multiplies the dot product, not q: 1e36 x q would overflow float32, while
+    # the capped logits (at most 10) and the result are finite.
+    q = torch.full((1, 1, 2), 1e3)
+    k = torch.tensor([[[1.0, -1.0]], [[1.0, 0.0]]])
+    v = torch.tensor([[[1.0, 1.0]], [[3.0, 3.0]]])
+    cu_q = torch.tensor([0, 1], dtype=torch.int32)
+    cu_kv = torch.tensor([0, 2], dtype=torch.int32)
+    workspace = harness.shared_workspace("cpu")
+    out, lse = splitkv.ragged_attention(q, k, v, cu_q, cu_kv, workspace, sm_scale=1e36,
+                                        logits_soft_cap=10.0, return_lse=True)
+    # q.k is 0 and 1e3: logits 0 and 1e39, capped to 0 and 10 (tanh saturates).
+    weight = math.exp(10.0) / (1.0 + math.exp(10.0))
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    torch.testing.assert_close(out, torch.full((1, 1, 2), 1.0 + 2.0 * weight))
+    torch.testing.assert_close(lse, torch.tensor([[math.log1p(math.exp(10.0))]]))

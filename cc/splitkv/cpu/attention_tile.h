@@ -198,7 +198,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   s.key_lo.resize(rows);
   s.key_hi.resize(rows);
 
-  // Queries pre-scaled by sm_scale; the visible keys of each token.
+  // Queries as float32, and the visible keys of each token.
   std::vector<KeyRange> visible(tile.num_tokens);
   int64_t tile_lo = tile.kv_len, tile_hi = 0;
   for (int64_t t = 0; t < tile.num_tokens; ++t) {
@@ -211,12 +211,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       const int64_t head = tile.kv_head * group + g;
       const T* q = in.q + (tile.token_begin + t) * in.q_stride_token + head * in.q_stride_head;
       float* qf = &s.q[(t * group + g) * d];
-      for (int64_t e = 0; e < d; ++e) qf[e] = ToFloat(q[e]) * in.options.sm_scale;
+      for (int64_t e = 0; e < d; ++e) qf[e] = ToFloat(q[e]);
     }
   }
   const int64_t num_splits = in.plan->num_splits;
   const KeyRange keys = SplitKeyRange(tile_lo, std::max(tile_lo, tile_hi), num_splits, split_idx, kKeyBlock);
   const float cap = in.options.logits_soft_cap;
+  const float sm_scale = in.options.sm_scale;
   // Few rows (decode): score straight from key rows; many (prefill): from transposed keys,
   // which lets a 4-row x 16-key block of scores stay in registers.
   const bool direct = rows <= 2 * kRowBlock && d % 8 == 0;
@@ -259,6 +260,9 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       s.key_hi[r] = jhi;
       if (jlo >= jhi) continue;
       float* score = &s.scores[r * kKeyBlock];
+      // sm_scale after the dot product, not folded into q: a large scale times q could
+      // overflow float32 where the scaled logit (then capped) is finite.
+      for (int64_t j = jlo; j < jhi; ++j) score[j] *= sm_scale;
       if (cap > 0.0f) {
         for (int64_t j = jlo; j < jhi; ++j) score[j] = cap * std::tanh(score[j] / cap);
       }

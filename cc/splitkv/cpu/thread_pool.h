@@ -33,6 +33,7 @@ class ThreadPool {
  private:
   void WorkerLoop();
   void RunTasks();
+  void Stop();  // wakes every worker to exit, and joins them
 
   const int num_threads_;
   std::vector<std::thread> workers_;
