@@ -139,7 +139,10 @@ class Workspace:
     at a time: every call leaves the counter region zero, so it is never zeroed again.
     Use one workspace per CUDA stream (or per thread on the CPU); a call that finds this
     workspace's memory in use by another thread's call raises ValueError (a user's own
-    uint8 tensor is tracked the same way). Two streams of one thread are not detected.
+    uint8 tensor is tracked the same way). On CUDA, launches on one workspace from
+    different streams are serialized on the GPU: each waits (an event, no host sync) for
+    the previous launch on that memory. Inside CUDA graph capture this ordering is the
+    caller's: capture one workspace per stream.
 
     Parameters
     ----------
@@ -232,12 +235,31 @@ def check_counter_region(workspace):
 # Storages (device, base address) that a call is using now: a second call on any view of
 # the same memory, from another thread, is refused rather than left to race on the counters.
 _in_use = set()
+# CUDA: per storage, the stream and an event recorded after its last launch. A launch on
+# another stream first waits for that event, so one workspace's launches never overlap
+# on the GPU (they are serialized in launch order, with no host sync).
+_last_launch = {}
 _in_use_lock = threading.Lock()
+
+
+def _order_after_last_launch(key, device):
+    """Makes the current stream wait for the workspace's last launch on another stream.
+
+    Skipped while a CUDA graph is being captured: the captured launches are ordered by the
+    graph, and their replays by the caller's streams."""
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return None
+    stream = torch.cuda.current_stream(device)
+    last = _last_launch.get(key)
+    if last is not None and last[0] != stream:
+        stream.wait_event(last[1])
+    return stream
 
 
 @contextlib.contextmanager
 def exclusive(op, workspace):
-    """Marks the workspace's memory busy for one call (a Workspace or a user's tensor)."""
+    """Marks the workspace's memory busy for one call (a Workspace or a user's tensor), and
+    on CUDA orders the launch after the last one on the same memory from another stream."""
     buffer = workspace.tensor if isinstance(workspace, Workspace) else workspace
     key = (str(buffer.device), buffer.untyped_storage().data_ptr())
     with _in_use_lock:
@@ -247,7 +269,12 @@ def exclusive(op, workspace):
                          "use one Workspace per thread (and per CUDA stream)")
         _in_use.add(key)
     try:
+        stream = _order_after_last_launch(key, buffer.device)
         yield
+        if stream is not None:
+            event = torch.cuda.Event()
+            event.record(stream)
+            _last_launch[key] = (stream, event)
     finally:
         with _in_use_lock:
             _in_use.discard(key)

@@ -4,6 +4,7 @@
   never run on top of the first; every call that runs is right;
 - a user's own uint8 buffer shared by two threads is tracked the same way (by its memory):
   a second call while one runs is refused; every call that runs is right;
+- one workspace on two CUDA streams: the launches are serialized on the GPU (event waits);
 - two workspaces on two threads (CPU) or two streams (CUDA) run at the same time, and both
   results are right (bitwise those of the same calls made one after the other).
 
@@ -187,6 +188,32 @@ def test_workspaces_on_threads_run_together(device, num_threads):
 
 
 @pytest.mark.gpu
+def test_one_workspace_two_streams_serialized():
+    # One thread queues calls on two streams sharing ONE workspace, without syncing: the
+    # second stream's launch waits on the GPU for the first one's, so every result is the
+    # serial bits and the counters end at zero.
+    harness.require("cuda")
+    problems = _problems("cuda")
+    serial = _serial(problems, "cuda")
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    workspace = splitkv.Workspace(32 << 20, "cuda")
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    results = []
+    for round_ in range(20):
+        for s, stream in enumerate(streams):
+            index = (round_ + s) % len(problems)
+            problem, options = problems[index]
+            with torch.cuda.stream(stream):
+                out, lse = problem.run(workspace, return_lse=True, **options)
+            results.append((index, out, lse))
+    torch.cuda.synchronize()
+    for index, out, lse in results:
+        harness.assert_bitwise_equal(out, serial[index][0])
+        harness.assert_bitwise_equal(lse, serial[index][1])
+    harness.assert_counter_region_zero(workspace)
+
+
 def test_two_streams_one_thread_run_together():
     # One thread queues calls on two streams without syncing in between, each stream with
     # its own workspace; the GPU may run them at once. Every result is the serial bits.
