@@ -29,20 +29,21 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
 
 namespace {
 
-// Bytes a call with `num_splits` needs, in 128-bit arithmetic: shapes a caller can build
-// (stride-0 views, say) may need more than int64 can count, which must read "too small",
-// never wrap around to a small positive number.
-__int128 RequiredBytes128(const LayoutShape& shape, int64_t num_splits) {
-  if (num_splits <= 1) return RequiredWorkspaceBytes(shape, 1);
+// True when a call with `num_splits` would need more than 2^62 bytes, counted in 128-bit
+// arithmetic: shapes a caller can build (stride-0 views, say) can exceed what the int64
+// layout arithmetic counts, and that must read "too small", never wrap to a small size.
+bool TooLargeToCount(const LayoutShape& shape, int64_t num_splits) {
+  if (num_splits <= 1) return false;
   const __int128 partials = static_cast<__int128>(num_splits) * shape.total_q * shape.num_qo_heads;
-  const __int128 stats = partials * kSoftmaxStatBytes;
-  const __int128 scratch = partials * shape.head_dim * kScratchElementBytes;
-  return kCounterRegionBytes + stats + scratch + 3 * kWorkspaceAlignment;  // >= the aligned sum
+  const __int128 bytes = kCounterRegionBytes + partials * kSoftmaxStatBytes +
+                         partials * shape.head_dim * kScratchElementBytes +
+                         3 * kWorkspaceAlignment;  // >= the aligned sum
+  return bytes > static_cast<__int128>(int64_t{1} << 62);
 }
 
 bool Fits(const LayoutShape& shape, int64_t num_splits, int64_t workspace_bytes) {
-  if (RequiredBytes128(shape, num_splits) > static_cast<__int128>(int64_t{1} << 62)) return false;
-  return RequiredWorkspaceBytes(shape, num_splits) <= workspace_bytes;
+  return !TooLargeToCount(shape, num_splits) &&
+         RequiredWorkspaceBytes(shape, num_splits) <= workspace_bytes;
 }
 
 std::string TooSmallMessage(const SplitPlanRequest& r, int64_t num_splits, int64_t needed) {
@@ -68,7 +69,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   };
   if (r.forced_num_splits >= 1) {
     const int64_t s = r.forced_num_splits;
-    if (RequiredBytes128(r.layout_shape, s) > static_cast<__int128>(int64_t{1} << 62)) {
+    if (TooLargeToCount(r.layout_shape, s)) {
       throw WorkspaceError(std::string(r.op) + ": workspace too small: need more than 2^62 bytes for num_splits=" +
                            std::to_string(s) + ", got " + std::to_string(r.workspace_bytes) +
                            "; let the planner choose num_splits");

@@ -5,6 +5,7 @@ every call; the softmax and scratch regions may hold anything (NaN) at a call's 
 results are bitwise the same on a reused and on a fresh workspace, and run after run.
 """
 
+import contextlib
 import threading
 
 import pytest
@@ -170,12 +171,11 @@ def test_user_buffer_is_accepted(device):
     splitkv.check_counter_region(buffer)
 
 
-def test_workspace_in_use_by_another_thread_is_refused():
-    workspace = splitkv.Workspace(16 << 20)
-    problem = harness.make_ragged([4], [40], dtype=_DTYPE)
+@contextlib.contextmanager
+def _held_by_another_thread(workspace):
+    """Holds `workspace` from another thread, the way a running call does, until exit."""
     entered, release = threading.Event(), threading.Event()
 
-    # Hold the workspace from another thread the way a running call does.
     def hold():
         with splitkv.workspace.exclusive("test", workspace):
             entered.set()
@@ -185,13 +185,20 @@ def test_workspace_in_use_by_another_thread_is_refused():
     holder.start()
     try:
         entered.wait(10)
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_workspace_in_use_by_another_thread_is_refused():
+    workspace = splitkv.Workspace(16 << 20)
+    problem = harness.make_ragged([4], [40], dtype=_DTYPE)
+    with _held_by_another_thread(workspace):
         with pytest.raises(ValueError, match=r"ragged_attention: workspace in use: expected a "
                            r"workspace no other call is using, got one that another thread is "
                            r"using; use one Workspace per thread"):
             problem.run(workspace)
-    finally:
-        release.set()
-        holder.join()
     out = problem.run(workspace)  # free again
     harness.assert_close(out, problem.reference()[0], _DTYPE)
 
@@ -203,22 +210,9 @@ def test_user_tensor_in_use_by_another_thread_is_refused():
     skip = -raw.data_ptr() % 256
     buffer = raw[skip:skip + (16 << 20)]
     problem = harness.make_ragged([4], [40], dtype=_DTYPE)
-    entered, release = threading.Event(), threading.Event()
-
-    def hold():
-        with splitkv.workspace.exclusive("test", buffer):
-            entered.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        entered.wait(10)
+    with _held_by_another_thread(buffer):
         with pytest.raises(ValueError, match=r"ragged_attention: workspace in use"):
             problem.run(raw[skip:skip + (12 << 20)])  # another view of the same memory
-    finally:
-        release.set()
-        holder.join()
     out = problem.run(buffer)
     harness.assert_close(out, problem.reference()[0], _DTYPE)
     splitkv.check_counter_region(buffer)
