@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 5 on the GPU machine (device tool), from the repository root, after
-# tools/gpu/build_package.sh staged the package in .device/ (carry it):
+# tools/gpu/build_package.sh staged the package in .device/ (carry it; SPLITKV_DEVICE_DIR names another staging folder):
 #
 #   bash tests/stress/run_gpu.sh [scale] [tests] [stress]     (default: all three)
 #
@@ -18,7 +18,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${root}"
 out="${OUT:-/tmp/splitkv_stress}"
 mkdir -p "${out}"
-export PYTHONPATH="${root}/.device:${root}/tests/python${PYTHONPATH:+:${PYTHONPATH}}"
+export PYTHONPATH="${root}/${SPLITKV_DEVICE_DIR:-.device}:${root}/tests/python${PYTHONPATH:+:${PYTHONPATH}}"
 export PYTHONUNBUFFERED=1
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(scale tests stress)

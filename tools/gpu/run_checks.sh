@@ -17,7 +17,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "${root}"
 out="${OUT:-/tmp/splitkv_checks}"
 mkdir -p "${out}"
-export PYTHONPATH="${root}/.device:${root}/tests/python${PYTHONPATH:+:${PYTHONPATH}}"
+device_dir="${SPLITKV_DEVICE_DIR:-.device}"  # where build_package.sh staged the package
+export PYTHONPATH="${root}/${device_dir}:${root}/tests/python${PYTHONPATH:+:${PYTHONPATH}}"
 export PYTHONUNBUFFERED=1
 steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(smoke tests sanitize sass bench)
@@ -61,7 +62,7 @@ for step in "${steps[@]}"; do
     sass)
       # Per kernel: registers/spills are in the build log; here local-memory traffic and the
       # instructions that matter (mma, cp.async, ex2) in the shipped sm_90a code.
-      cuobjdump -sass -arch sm_90a .device/splitkv/_splitkv*.so 2>&1 | python3 tools/gpu/sass_summary.py \
+      cuobjdump -sass -arch sm_90a "${device_dir}"/splitkv/_splitkv*.so 2>&1 | python3 tools/gpu/sass_summary.py \
         > "${out}/sass_summary.txt" 2>&1
       summary+=("sass: rc=$?"); cat "${out}/sass_summary.txt" | head -n 30
       ;;
