@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cc/splitkv/cuda/attention_kernel.cuh"
+#include "cc/splitkv/cuda/decode_kernel.cuh"
 #include "cc/splitkv/cuda/kv_source.cuh"
 #include "cc/splitkv/cuda/launch.h"
 
@@ -54,10 +55,65 @@ struct KernelInstance {
   }
 };
 
+template <int kHeadDim>
+using BulkDecodeShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeStages(kHeadDim)>;
+
+// The bulk-copy decode kernel (decode_kernel.cuh): same launch shape as KernelInstance.
+template <typename T, class Shape>
+struct BulkDecodeInstance {
+  static constexpr auto kKernel = BulkDecodeKernel<T, Shape>;
+
+  static void EnsureSharedMemory(const char* op) {
+    static std::atomic<uint64_t> done_devices{0};
+    int device = 0;
+    CheckCuda(cudaGetDevice(&device), op);
+    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+    if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
+    CheckCuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(Shape::kSmemBytes)),
+              op);
+    done_devices.fetch_or(bit, std::memory_order_acq_rel);
+  }
+
+  static void Launch(const AttentionKernelParams& params, const PagedKvParams& kv, int64_t num_tiles,
+                     cudaStream_t stream, const char* op) {
+    EnsureSharedMemory(op);
+    const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.num_splits));
+    kKernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(params, kv);
+    CheckCuda(cudaGetLastError(), op);
+  }
+
+  static int ResidentCtasPerSm(const char* op) {
+    EnsureSharedMemory(op);
+    int ctas = 0;
+    CheckCuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, kThreads, Shape::kSmemBytes), op);
+    return ctas;
+  }
+};
+
+// Bulk copies (cp.async.bulk) exist from compute capability 9.0 on; read once per device.
+inline bool DeviceHasBulkCopy(const char* op) {
+  static std::atomic<uint64_t> known{0}, has{0};
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), op);
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit != 0 && (known.load(std::memory_order_acquire) & bit) != 0) {
+    return (has.load(std::memory_order_acquire) & bit) != 0;
+  }
+  int major = 0;
+  CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
+  if (major >= 9) has.fetch_or(bit, std::memory_order_acq_rel);
+  known.fetch_or(bit, std::memory_order_acq_rel);
+  return major >= 9;
+}
+
 template <typename T, int kHeadDim>
 void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv, int64_t num_tiles,
                       cudaStream_t stream, const char* op) {
   if (kind == TileKind::kDecode) {
+    if (params.kv_vec && DeviceHasBulkCopy(op)) {
+      return BulkDecodeInstance<T, BulkDecodeShapeFor<kHeadDim>>::Launch(params, kv, num_tiles, stream, op);
+    }
     KernelInstance<T, DecodeShape<kHeadDim>, PagedKvSource>::Launch(params, kv, num_tiles, stream, op);
   } else {
     KernelInstance<T, PrefillShape<kHeadDim>, PagedKvSource>::Launch(params, kv, num_tiles, stream, op);
@@ -87,6 +143,11 @@ void LaunchRagged(DType dtype, const AttentionKernelParams& params, const Ragged
 template <int kHeadDim>
 int ResidentCtasPerSm(TileKind kind, const char* op) {
   if (kind == TileKind::kDecode) {
+    // Workers for the planner: the kernel an aligned cache runs (strided caches, rare, run
+    // the cp.async kernel with these workers).
+    if (DeviceHasBulkCopy(op)) {
+      return BulkDecodeInstance<__nv_bfloat16, BulkDecodeShapeFor<kHeadDim>>::ResidentCtasPerSm(op);
+    }
     return KernelInstance<__nv_bfloat16, DecodeShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);
   }
   return KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);

@@ -12,6 +12,7 @@
 #include "cc/splitkv/backend.h"
 #include "cc/splitkv/cuda/kernel_params.h"
 #include "cc/splitkv/cuda/launch.h"
+#include "cc/splitkv/cuda/prefill_sm90.h"
 #include "cc/splitkv/cuda/tile_config.h"
 #include "cc/splitkv/errors.h"
 #include "cc/splitkv/workspace_layout.h"
@@ -205,6 +206,8 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   k.kv_vec = Aligned16(p.k) && Aligned16(p.v) &&
              AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
   auto stream = static_cast<cudaStream_t>(p.stream);
+  // Hopper: the wgmma + TMA kernel (prefill_sm90.h) when it serves the call, else mma.sync.
+  if (LaunchRaggedPrefillSm90(p, plan, k, stream, kRaggedOp)) return;
   switch (p.head_dim) {
     case 64: return LaunchRagged<64>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
     case 128: return LaunchRagged<128>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);

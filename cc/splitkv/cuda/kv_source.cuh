@@ -32,8 +32,11 @@ struct PagedKvSource {
         kv_len(__ldg(p.seq_lens + request)) {}
 
   // Key j's and value j's rows (one page-table read for both).
-  __device__ void Rows(int32_t j, const T*& key, const T*& value) const {
-    const int64_t page = __ldg(pages + (j >> shift));
+  __device__ void Rows(int32_t j, const T*& key, const T*& value) const { RowsInPage(PageOf(j), j, key, value); }
+
+  // The two halves of Rows, so a caller can read the page id well before it needs the rows.
+  __device__ int32_t PageOf(int32_t j) const { return __ldg(pages + (j >> shift)); }
+  __device__ void RowsInPage(int64_t page, int32_t j, const T*& key, const T*& value) const {
     const int64_t slot = j & slot_mask;
     key = k + page * k_stride_page + slot * k_stride_slot;
     value = v + page * v_stride_page + slot * v_stride_slot;

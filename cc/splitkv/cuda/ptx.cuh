@@ -1,6 +1,7 @@
 // Thin wrappers over the PTX the kernels use: cp.async (16-byte global -> shared copies that
 // bypass registers), ldmatrix (8x8 b16 tiles from shared memory into mma fragments) and
-// mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate). Valid on sm_80 and sm_90a.
+// mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate), valid on sm_80 and sm_90a; and the
+// sm_90 bulk copy + mbarrier used by the decode kernel.
 #ifndef SPLITKV_CUDA_PTX_CUH_
 #define SPLITKV_CUDA_PTX_CUH_
 
@@ -39,6 +40,73 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(SharedAddress(smem)));
+}
+
+// ---- sm_90 bulk copies completing on an mbarrier (no tensor map). The callers dispatch to
+// these only on compute capability >= 9.0; elsewhere the bodies compile to a trap.
+
+__device__ __forceinline__ void MbarrierInit(uint64_t* bar, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(count) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Makes barrier initialisation visible to the copy engine (before the CTA-wide barrier that
+// publishes it to the other threads).
+__device__ __forceinline__ void FenceMbarrierInit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// One arrival that also announces `bytes` of copies that will complete on the barrier.
+__device__ __forceinline__ void MbarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SharedAddress(bar)), "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Spins until the barrier's phase with parity `parity` has completed.
+__device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(SharedAddress(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+#else
+  __trap();
+#endif
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by
+// the copy engine; completion is counted on `bar` in bytes.
+__device__ __forceinline__ void BulkCopyToShared(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          SharedAddress(smem)),
+      "l"(gmem), "r"(bytes), "r"(SharedAddress(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Orders this thread's earlier generic-proxy shared-memory writes before later copy-engine
+// (async-proxy) accesses of the same bytes.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 
 // c += a * b for one 16x8x16 tile; a row-major, b column-major (i.e. [n][k] in memory).

@@ -178,14 +178,27 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
         }
         total += weight;
         const int count = min(32, num_splits - base);
-        for (int k = 0; k < count; ++k) {  // split order: base + k
-          const float w = __shfl_sync(0xffffffffu, weight, k);
-          if (w == 0.0f) continue;  // an empty split contributes nothing (uniform branch)
-          float part[kElems];
-          const int64_t index = PartialIndex(p.layout_shape, base + k, at.token, at.head);
-          LoadFloats<kElems, true>(part, p.partials + index * kHeadDim + lane * kElems);
+        // kBatch partials' loads are in flight together (one L2 round trip per batch, not per
+        // split); the sum still runs in split order, so outputs stay bitwise repeatable.
+        constexpr int kBatch = 4;
+        for (int k0 = 0; k0 < count; k0 += kBatch) {
+          float w[kBatch];
+          float part[kBatch][kElems];
 #pragma unroll
-          for (int e = 0; e < kElems; ++e) merged[e] += w * part[e];
+          for (int u = 0; u < kBatch; ++u) {
+            w[u] = __shfl_sync(0xffffffffu, weight, (k0 + u) & 31);
+            if (k0 + u >= count) w[u] = 0.0f;
+            if (w[u] != 0.0f) {  // an empty split contributes nothing (uniform branch)
+              const int64_t index = PartialIndex(p.layout_shape, base + k0 + u, at.token, at.head);
+              LoadFloats<kElems, true>(part[u], p.partials + index * kHeadDim + lane * kElems);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            if (w[u] == 0.0f) continue;
+#pragma unroll
+            for (int e = 0; e < kElems; ++e) merged[e] += w[u] * part[u][e];
+          }
         }
       }
       total = WarpSum(total);

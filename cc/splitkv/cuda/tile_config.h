@@ -38,6 +38,10 @@ constexpr int PrefillBlockKeys(int head_dim) { return head_dim >= 256 ? 32 : 64;
 // Decode tiles only stream K/V, so they keep two blocks in flight where shared memory allows
 // (head_dim 256 at three stages would exceed sm_80's 163 KiB per CTA).
 constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
+// The sm_90 bulk-copy decode kernel (decode_kernel.cuh): 3 stages (2 CTAs an SM at d 128).
+// 2 stages fit 3 CTAs an SM and ran split grids ~4 % faster on the H200, but 64 x 4096
+// (512 tiles) then runs 1.3 waves unsplit and lost 10 %: the planner does not weigh that.
+constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 
 }  // namespace splitkv::cuda
 

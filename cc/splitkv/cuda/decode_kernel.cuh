@@ -1,0 +1,363 @@
+// The paged decode kernel for sm_90 (decode tiles: at most 16 query rows, one kv head's
+// group): the same math and split protocol as AttentionKernel, with a cheaper way to stream
+// K/V. ncu on the H200 showed AttentionKernel's decode tiles latency-bound on their own
+// instruction stream (8 warps per SM, one issue every 2 cycles per scheduler, DRAM at 66 %):
+// each thread issued 16 cp.async per 64-key block, each with a page-table read and 64-bit
+// address arithmetic, and every block reloaded Q and rescaled the whole output accumulator.
+// Here:
+//  - one thread per key row (K or V) issues one bulk copy (cp.async.bulk, the copy engine)
+//    of the row into shared memory, completing on the stage's mbarrier; rows are padded by
+//    16 bytes, so ldmatrix's 8 row addresses fall in 8 different bank groups without a
+//    swizzle (a bulk copy cannot swizzle);
+//  - Q's mma fragments stay in registers (head_dim <= 128);
+//  - the running max is raised only when a block's max exceeds it by more than 2^8 in
+//    probability, so most blocks skip rescaling the accumulator (the result is the same:
+//    the sum and the output share whichever reference max was used).
+// Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
+// runs AttentionKernel.
+#ifndef SPLITKV_CUDA_DECODE_KERNEL_CUH_
+#define SPLITKV_CUDA_DECODE_KERNEL_CUH_
+
+#include <cstdint>
+
+#include "cc/splitkv/cuda/attention_kernel.cuh"
+#include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/kv_source.cuh"
+#include "cc/splitkv/cuda/ptx.cuh"
+#include "cc/splitkv/cuda/split_merge.cuh"
+#include "cc/splitkv/cuda/tile_config.h"
+#include "cc/splitkv/split_plan.h"
+
+namespace splitkv::cuda {
+
+template <int kHeadDim_, int kBlockN_, int kStages_>
+struct BulkDecodeShape {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWarpsN = kThreads / 32;  // every warp takes a slice of each block
+  static constexpr int kRows = kDecodeRows;
+  static constexpr int kKeysPerWarp = kBlockN / kWarpsN;
+  static_assert(kKeysPerWarp % 16 == 0, "a warp's keys must be whole k-steps of 16");
+  static_assert(2 * kBlockN <= kThreads, "one thread issues at most one row copy per block");
+  static constexpr int kRowElems = kHeadDim + 8;  // the pad moves each row by one bank group
+  static constexpr int kDTiles = kHeadDim / 8;
+  static constexpr int kKSteps = kHeadDim / 16;
+  static constexpr int kSTiles = kKeysPerWarp / 8;
+  static constexpr bool kQInRegisters = kHeadDim <= 128;  // 256 would need 64 more registers
+  static constexpr int kQElems = kRows * kRowElems;
+  static constexpr int kKvElems = kBlockN * kRowElems;
+  static constexpr int kOStride = kHeadDim + 8;
+  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{2} * kStages * kKvElems) * 2;
+  static constexpr size_t kEpilogueBytes = (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4;
+  static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
+  // CTAs per SM the register budget is sized for (shared memory allows as many on sm_90).
+  static constexpr int kMinBlocks = kSmemBytes <= 74 * 1024 ? 3 : kSmemBytes <= 110 * 1024 ? 2 : 1;
+};
+
+// A probability stays below 2^kLazyRescaleLog2 against a stale running max.
+inline constexpr float kLazyRescaleLog2 = 8.0f;
+
+template <typename T, class S>
+__global__ void __launch_bounds__(kThreads, S::kMinBlocks)
+    BulkDecodeKernel(const AttentionKernelParams p, const PagedKvParams kv_params) {
+  constexpr int D = S::kHeadDim;
+  constexpr int RS = S::kRowElems;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ uint64_t stage_full[S::kStages];
+  T* const s_q = reinterpret_cast<T*>(smem);
+  T* const s_kv = s_q + S::kQElems;  // stage st: K at 2 * st * kKvElems, V right after
+
+  const int tile = blockIdx.x;
+  const int split_idx = blockIdx.y;
+  const int q_tile = p.max_q_tiles - 1 - tile % p.max_q_tiles;
+  const int kv_head = tile / p.max_q_tiles % p.num_kv_heads;
+  const int request = tile / p.max_q_tiles / p.num_kv_heads;
+
+  int q_begin = request, q_len = 1;
+  if (p.cu_seqlens_q != nullptr) {
+    q_begin = __ldg(p.cu_seqlens_q + request);
+    q_len = __ldg(p.cu_seqlens_q + request + 1) - q_begin;
+  }
+  const int first = q_tile * p.q_tile_tokens;
+  if (first >= q_len) return;  // past this request's queries: no work, no counter (uniform exit)
+  const int num_tokens = min(p.q_tile_tokens, q_len - first);
+  const PagedKvSource<T> kv(kv_params, request, kv_head);
+  const int kv_len = kv.kv_len;
+
+  int tile_lo = kv_len, tile_hi = 0;
+  for (int t = 0; t < num_tokens; ++t) {
+    int lo, hi;
+    VisibleKeys(p, q_len, kv_len, first + t, lo, hi);
+    if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
+  }
+  const KeyRange split_keys = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, split_idx, S::kBlockN);
+  const int key_begin = static_cast<int>(split_keys.begin);
+  const int key_end = static_cast<int>(split_keys.end);
+  const int num_blocks = key_end > key_begin ? (key_end - key_begin + S::kBlockN - 1) / S::kBlockN : 0;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int token_begin = q_begin + first;
+  const int tile_rows = num_tokens * p.group_size;  // <= kRows for decode tiles
+  const float sm_scale = p.sm_scale, cap = p.logits_soft_cap;
+
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int st = 0; st < S::kStages; ++st) MbarrierInit(&stage_full[st], 1);
+    FenceMbarrierInit();
+  }
+  __syncthreads();
+
+  // Block `block` into stage `stage`: thread t copies key row t % kBlockN of K (t < kBlockN)
+  // or V. Rows at or past key_end are zeros, so nothing outside the split's range (a page
+  // tail, a page past seq_len) can reach a result.
+  // The page id a thread needs for block b is read one load earlier (during block b - 1's
+  // wait and math), so the copy is issued without waiting for the page table.
+  const int copy_row = threadIdx.x % S::kBlockN;
+  const bool copy_v = threadIdx.x >= S::kBlockN;
+  const bool copier = threadIdx.x < 2 * S::kBlockN;
+  auto page_for = [&](int block) {
+    const int j = key_begin + block * S::kBlockN + copy_row;
+    return copier && block < num_blocks && j < key_end ? kv.PageOf(j) : 0;
+  };
+  int next_page = page_for(0);
+  auto load_kv = [&](int block, int stage) {
+    const int j0 = key_begin + block * S::kBlockN;
+    const int valid = min(S::kBlockN, key_end - j0);
+    const int page = next_page;
+    next_page = page_for(block + 1);
+    if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[stage], valid * 2 * D * sizeof(T));
+    if (!copier) return;
+    T* dst = s_kv + (2 * stage + copy_v) * S::kKvElems + copy_row * RS;
+    if (copy_row < valid) {
+      const T* key;
+      const T* value;
+      kv.RowsInPage(page, j0 + copy_row, key, value);
+      BulkCopyToShared(dst, copy_v ? value : key, D * sizeof(T), &stage_full[stage]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < D / 8; ++c) ZeroChunk(dst + c * 8);
+      FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
+    }
+  };
+#pragma unroll
+  for (int b = 0; b < S::kStages - 1; ++b) {
+    if (b < num_blocks) load_kv(b, b);
+  }
+
+  // Q (tile_rows rows; zeros below) while the first blocks are in flight.
+  {
+    constexpr int kChunks = D / 8;
+    for (int i = threadIdx.x; i < S::kRows * kChunks; i += kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      T* dst = s_q + r * RS + c * 8;
+      if (r < tile_rows) {
+        const RowTarget at = TileRowTarget(p, token_begin, kv_head, r);
+        const T* src = static_cast<const T*>(p.q) + at.token * p.q_stride_token + at.head * p.q_stride_head + c * 8;
+        if (p.q_vec) {
+          *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
+        } else {
+          CopyChunk(dst, src, false);
+        }
+      } else {
+        ZeroChunk(dst);
+      }
+    }
+  }
+  __syncthreads();
+
+  uint32_t q_frag[S::kQInRegisters ? S::kKSteps : 1][4];
+  if constexpr (S::kQInRegisters) {
+#pragma unroll
+    for (int ks = 0; ks < S::kKSteps; ++ks) {
+      LdMatrixX4(q_frag[ks], s_q + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ks * 16 + (lane >> 4) * 8);
+    }
+  }
+
+  int row_lo[2], row_hi[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = lane / 4 + 8 * i;
+    row_valid[i] = r < tile_rows;
+    row_lo[i] = row_hi[i] = 0;
+    if (row_valid[i]) {
+      VisibleKeys(p, q_len, kv_len, first + r / p.group_size, row_lo[i], row_hi[i]);
+      row_lo[i] = max(row_lo[i], key_begin);
+      row_hi[i] = max(row_lo[i], min(row_hi[i], key_end));
+    }
+  }
+
+  float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};
+  float row_sum[2] = {0.0f, 0.0f};
+  float acc[S::kDTiles][4];
+#pragma unroll
+  for (int d = 0; d < S::kDTiles; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+
+  const int key0 = warp * S::kKeysPerWarp;  // this warp's first key within a block
+  // Lane parts of the ldmatrix addresses (elements), fixed for the whole loop.
+  const int k_lane = (key0 + (lane & 7) + (lane >> 4) * 8) * RS + ((lane >> 3) & 1) * 8;
+  const int v_lane = (key0 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + (lane >> 4) * 8;
+
+  for (int block = 0; block < num_blocks; ++block) {
+    // The stage refilled here was last read in iteration block - 1, which ended in a barrier.
+    const int ahead = block + S::kStages - 1;
+    if (ahead < num_blocks) load_kv(ahead, ahead % S::kStages);
+    const int stage = block % S::kStages;
+    MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);
+    const T* s_k = s_kv + 2 * stage * S::kKvElems;
+    const T* s_v = s_k + S::kKvElems;
+    const int j_warp = key_begin + block * S::kBlockN + key0;
+
+    float s[S::kSTiles][4];
+#pragma unroll
+    for (int n = 0; n < S::kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < S::kKSteps; ++ks) {
+      uint32_t a_smem[4];
+      if constexpr (!S::kQInRegisters) {
+        LdMatrixX4(a_smem, s_q + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ks * 16 + (lane >> 4) * 8);
+      }
+      const uint32_t(&a)[4] = S::kQInRegisters ? q_frag[S::kQInRegisters ? ks : 0] : a_smem;
+#pragma unroll
+      for (int np = 0; np < S::kSTiles / 2; ++np) {
+        uint32_t b[4];
+        LdMatrixX4(b, s_k + k_lane + np * 16 * RS + ks * 16);
+        Mma16816<T>(s[2 * np], a, b[0], b[1]);
+        Mma16816<T>(s[2 * np + 1], a, b[2], b[3]);
+      }
+    }
+
+#pragma unroll
+    for (int n = 0; n < S::kSTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[n][e] * sm_scale;
+        if (cap > 0.0f) x = cap * tanhf(x / cap);
+        s[n][e] = x;
+      }
+    }
+    bool partial = false;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      partial |= row_valid[i] && !(row_lo[i] <= j_warp && j_warp + S::kKeysPerWarp <= row_hi[i]);
+    }
+    if (__any_sync(0xffffffffu, partial)) {
+#pragma unroll
+      for (int n = 0; n < S::kSTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = j_warp + n * 8 + (lane & 3) * 2 + (e & 1);
+          const int i = e >> 1;
+          if (j < row_lo[i] || j >= row_hi[i]) s[n][e] = SPLITKV_NEG_INF;
+        }
+      }
+    }
+
+    // Online softmax with a lazily raised max (natural-log max; exp2 with log2(e) folded in).
+    float block_max[2];
+    bool raise = false;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float m = SPLITKV_NEG_INF;
+#pragma unroll
+      for (int n = 0; n < S::kSTiles; ++n) m = fmaxf(m, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      block_max[i] = m;
+      raise |= m != SPLITKV_NEG_INF &&
+               (row_max[i] == SPLITKV_NEG_INF || (m - row_max[i]) * kLog2e > kLazyRescaleLog2);
+    }
+    if (__any_sync(0xffffffffu, raise)) {  // warp-uniform, so the rescale stays unpredicated
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const float m = fmaxf(row_max[i], block_max[i]);
+        const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;
+        const float alpha = exp2f((row_max[i] - m_ref) * kLog2e);
+        row_max[i] = m;
+        row_sum[i] *= alpha;
+#pragma unroll
+        for (int d = 0; d < S::kDTiles; ++d) acc[d][2 * i] *= alpha, acc[d][2 * i + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float m_log2 = (row_max[i] == SPLITKV_NEG_INF ? 0.0f : row_max[i]) * kLog2e;
+#pragma unroll
+      for (int n = 0; n < S::kSTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = exp2f(fmaf(s[n][2 * i + e], kLog2e, -m_log2));
+          s[n][2 * i + e] = pr;
+          row_sum[i] += pr;
+        }
+      }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
+      const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
+                             PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, s_v + v_lane + kk * 16 * RS + dp * 16);
+        Mma16816<T>(acc[2 * dp], a, b[0], b[1]);
+        Mma16816<T>(acc[2 * dp + 1], a, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the stage is overwritten by the next iteration's prefetch
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
+    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
+  }
+  // Every copy has landed (each block was waited for) and every warp has left the loop
+  // (its last iteration, or the prologue, ended in a barrier): shared memory is free.
+  float* const s_o = reinterpret_cast<float*>(smem);
+  float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = warp * S::kRows + lane / 4 + 8 * i;
+    float* dst = s_o + r * S::kOStride + (lane & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < S::kDTiles; ++d) {
+      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc[d][2 * i], acc[d][2 * i + 1]);
+    }
+    if ((lane & 3) == 0) s_ml[2 * r] = row_max[i], s_ml[2 * r + 1] = row_sum[i];
+  }
+  __syncthreads();
+
+  constexpr int kElems = D / 32;
+  for (int r = warp; r < tile_rows; r += kThreads / 32) {
+    float m = SPLITKV_NEG_INF;
+#pragma unroll
+    for (int sl = 0; sl < S::kWarpsN; ++sl) m = fmaxf(m, s_ml[2 * (sl * S::kRows + r)]);
+    float o[kElems];
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
+    float l = 0.0f;
+    if (m != SPLITKV_NEG_INF) {
+#pragma unroll
+      for (int sl = 0; sl < S::kWarpsN; ++sl) {
+        const int sr = sl * S::kRows + r;
+        const float w = exp2f((s_ml[2 * sr] - m) * kLog2e);
+        l += s_ml[2 * sr + 1] * w;
+        float part[kElems];
+        LoadFloats<kElems, false>(part, s_o + sr * S::kOStride + lane * kElems);
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) o[e] += w * part[e];
+      }
+    }
+    WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, r), split_idx, o, m, l);
+  }
+
+  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows);
+}
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_DECODE_KERNEL_CUH_

@@ -1,0 +1,138 @@
+// Host side of the Hopper ragged-prefill kernel: eligibility, the three TMA tensor maps
+// (built per call and passed by value, so a captured CUDA graph carries them), the launch.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "cc/splitkv/cuda/launch.h"
+#include "cc/splitkv/cuda/prefill_sm90.cuh"
+#include "cc/splitkv/cuda/prefill_sm90.h"
+
+namespace splitkv::cuda {
+namespace {
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn EncodeTiled() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // not sticky; leave no error for the next check
+      return EncodeTiledFn{nullptr};
+    }
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// Whether the current device runs the sm_90a code (compute capability exactly 9.0).
+bool CurrentDeviceIsSm90(const char* op) {
+  static std::mutex mutex;
+  static std::vector<int> known;  // per device: 0 unknown, 1 yes, 2 no
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), op);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<int>(known.size()) <= device) known.resize(device + 1, 0);
+  if (known[device] == 0) {
+    int major = 0, minor = 0;
+    CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
+    CheckCuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
+    known[device] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return known[device] == 1;
+}
+
+bool Disabled() {
+  const char* v = std::getenv("SPLITKV_DISABLE_SM90");
+  return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
+}
+
+// A [tokens][heads][head_dim 128] tensor as a 3-D map with boxes of 64 columns (128 bytes,
+// the 128-byte swizzle's width) x box_heads x box_tokens.
+bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t num_heads, int64_t num_tokens,
+               int64_t stride_head, int64_t stride_token, uint32_t box_heads, uint32_t box_tokens) {
+  const EncodeTiledFn encode = EncodeTiled();
+  if (encode == nullptr || num_heads < 1 || num_tokens < 1) return false;
+  const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(num_heads), static_cast<cuuint64_t>(num_tokens)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride_head) * 2, static_cast<cuuint64_t>(stride_token) * 2};
+  const cuuint32_t box[3] = {64, box_heads, box_tokens};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <typename T>
+void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, const PrefillSm90Params& params,
+            int64_t num_ctas, cudaStream_t stream, const char* op) {
+  constexpr auto kernel = PrefillSm90Kernel<T>;
+  static std::atomic<uint64_t> done_devices{0};
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), op);
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (done_devices.load(std::memory_order_acquire) & bit) == 0) {
+    CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(PrefillSm90Shape::kSmemBytes)),
+              op);
+    done_devices.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  kernel<<<static_cast<unsigned>(num_ctas), PrefillSm90Shape::kThreads, PrefillSm90Shape::kSmemBytes, stream>>>(
+      q, k, v, params);
+  CheckCuda(cudaGetLastError(), op);
+}
+
+}  // namespace
+
+bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                             cudaStream_t stream, const char* op) {
+  if (p.head_dim != 128 || plan.num_splits != 1) return false;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  if (group < 1 || group > PrefillSm90Shape::kRows || PrefillSm90Shape::kRows % group != 0) return false;
+  // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
+  if (!k.q_vec || !k.kv_vec || p.total_kv < 1 || p.total_q < 1) return false;
+  if (Disabled() || !CurrentDeviceIsSm90(op)) return false;
+
+  const int64_t tile_tokens = PrefillSm90Shape::kRows / group;
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
+  const int64_t num_q_tiles = (max_q + tile_tokens - 1) / tile_tokens;
+  const int64_t num_ctas = p.batch_size * p.num_kv_heads * num_q_tiles;
+  if (num_ctas < 1 || num_ctas > 2147483647) return false;
+
+  CUtensorMap tm_q, tm_k, tm_v;
+  if (!EncodeMap(&tm_q, p.dtype, p.q, p.num_qo_heads, p.total_q, p.q_stride_head, p.q_stride_token,
+                 static_cast<uint32_t>(group), static_cast<uint32_t>(tile_tokens)) ||
+      !EncodeMap(&tm_k, p.dtype, p.k, p.num_kv_heads, p.total_kv, p.k_stride_head, p.k_stride_token, 1,
+                 PrefillSm90Shape::kBlockN) ||
+      !EncodeMap(&tm_v, p.dtype, p.v, p.num_kv_heads, p.total_kv, p.v_stride_head, p.v_stride_token, 1,
+                 PrefillSm90Shape::kBlockN)) {
+    return false;
+  }
+
+  PrefillSm90Params params;
+  params.p = k;
+  params.cu_seqlens_kv = p.cu_seqlens_kv;
+  params.q_tile_tokens = static_cast<int32_t>(tile_tokens);
+  params.num_q_tiles = static_cast<int32_t>(num_q_tiles);
+  if (p.dtype == DType::kBFloat16) {
+    Launch<__nv_bfloat16>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+  } else {
+    Launch<__half>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+  }
+  return true;
+}
+
+}  // namespace splitkv::cuda

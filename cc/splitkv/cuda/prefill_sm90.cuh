@@ -1,0 +1,392 @@
+// Ragged prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 128.
+//
+// A CTA is three warpgroups. Warpgroup 0 is the producer: one thread loads the query tile
+// once and streams 128-key K and V blocks through a two-stage ring by TMA (128-byte
+// swizzled, completing on mbarriers), and gives its registers to the consumers
+// (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's 128 query rows: S = Q K^T on
+// wgmma with both operands in shared memory, the online softmax in registers (exp2 with the
+// scale and log2(e) folded into one multiply), then O += P V with P from registers and V read
+// transposed (MN-major) from shared memory. Inside a warpgroup, S of block b + 1 and P V of
+// block b are issued together, and block b + 1's softmax runs while P V is on the tensor
+// cores. A stage is handed back to the producer (its "empty" barrier) as soon as the wgmma
+// that read it has completed.
+//
+// Rows pack (tokens x the kv head's group of qo heads) as in the mma.sync kernel, so a GQA
+// group shares every K/V block; the query tile is one TMA box {64 columns, group heads,
+// 128 / group tokens} per 64-column half. Masking (causal aligned to the end of the KV,
+// sliding window, the tile's key range) is applied to S. TMA fills rows past the tensor with
+// zeros; rows of K/V past this request's keys belong to the next request and are masked
+// (their P is exactly 0); query rows past the request are computed but never stored.
+#ifndef SPLITKV_CUDA_PREFILL_SM90_CUH_
+#define SPLITKV_CUDA_PREFILL_SM90_CUH_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/ptx.cuh"
+#include "cc/splitkv/cuda/split_merge.cuh"  // kLog2e, SPLITKV_NEG_INF
+#include "cc/splitkv/cuda/wgmma.cuh"
+
+namespace splitkv::cuda {
+
+struct PrefillSm90Shape {
+  static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
+  static constexpr int kRows = 128;     // query rows per CTA
+  static constexpr int kBlockN = 128;   // keys per K/V block
+  static constexpr int kHeadDim = 128;
+  static constexpr int kStages = 2;
+  // A 128-row tile is two 64-column halves ([128 rows][128 bytes] each, 128-byte swizzled):
+  // the swizzle spans at most 128 bytes of a row.
+  static constexpr uint32_t kHalfBytes = 128 * 64 * 2;
+  static constexpr uint32_t kTileBytes = 2 * kHalfBytes;
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQOffset + kTileBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kNumBarriers = 1 + 4 * kStages;
+  // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
+  static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
+  static constexpr int kConsumerWarps = 8;
+};
+
+struct PrefillSm90Params {
+  AttentionKernelParams p;  // q/out/lse, strides, group, masking options (num_splits == 1)
+  const int32_t* cu_seqlens_kv = nullptr;
+  int32_t q_tile_tokens = 1;  // 128 / group_size
+  int32_t num_q_tiles = 1;    // per (request, kv head)
+};
+
+#if SPLITKV_SM90_DEVICE
+namespace sm90 {
+
+// Keys [lo, hi) that query i of a request (q_len queries, kv_len keys) sees (DESIGN.md).
+__device__ __forceinline__ void RowKeys(const AttentionKernelParams& p, int q_len, int kv_len, int i, int& lo,
+                                        int& hi) {
+  const int pos = kv_len - q_len + i;
+  hi = p.causal ? min(kv_len, pos + 1) : kv_len;
+  lo = p.window_left >= 0 ? static_cast<int>(max(int64_t{0}, int64_t{pos} - p.window_left)) : 0;
+  if (hi < lo) hi = lo;
+}
+
+}  // namespace sm90
+#endif
+
+template <typename T>
+__global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
+    PrefillSm90Kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
+                      const __grid_constant__ CUtensorMap tm_v, const PrefillSm90Params params) {
+#if SPLITKV_SM90_DEVICE
+  using namespace sm90;
+  using S = PrefillSm90Shape;
+  const AttentionKernelParams& p = params.p;
+
+  // Same walk as the mma.sync kernel: (request, kv head) outer, q tiles last-first inside,
+  // so CTAs running together share one head's K/V in L2 and the longest tiles start first.
+  const int tile = blockIdx.x;
+  const int q_tile = params.num_q_tiles - 1 - tile % params.num_q_tiles;
+  const int kv_head = tile / params.num_q_tiles % p.num_kv_heads;
+  const int request = tile / params.num_q_tiles / p.num_kv_heads;
+  const int q_begin = __ldg(p.cu_seqlens_q + request);
+  const int q_len = __ldg(p.cu_seqlens_q + request + 1) - q_begin;
+  const int first = q_tile * params.q_tile_tokens;
+  if (first >= q_len) return;  // uniform: before any barrier
+  const int num_tokens = min(params.q_tile_tokens, q_len - first);
+  const int kv_begin = __ldg(params.cu_seqlens_kv + request);
+  const int kv_len = __ldg(params.cu_seqlens_kv + request + 1) - kv_begin;
+  const int group = p.group_size;
+
+  // The tile's keys: rows' ranges only grow with the token, and the rows that see a key are
+  // a suffix (causal: pos >= 0) or all of them, so the first such row and the last bound it.
+  int key_begin = 0, key_end = 0;
+  {
+    const int last = first + num_tokens - 1;
+    const int t0 = p.causal ? max(first, q_len - kv_len) : first;
+    if (kv_len > 0 && t0 <= last) {
+      int lo0, hi0, lo1, hi1;
+      RowKeys(p, q_len, kv_len, t0, lo0, hi0);
+      RowKeys(p, q_len, kv_len, last, lo1, hi1);
+      key_begin = lo0;
+      key_end = max(lo0, hi1);
+    }
+  }
+  const int num_blocks = (key_end - key_begin + S::kBlockN - 1) / S::kBlockN;
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* const smem =
+      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + S::kBarrierOffset);
+  uint64_t* const q_full = bars;
+  uint64_t* const k_full = bars + 1;
+  uint64_t* const v_full = k_full + S::kStages;
+  uint64_t* const k_empty = v_full + S::kStages;
+  uint64_t* const v_empty = k_empty + S::kStages;
+
+  if (threadIdx.x == 0) {
+    BarrierInit(q_full, 1);
+#pragma unroll
+    for (int s = 0; s < S::kStages; ++s) {
+      BarrierInit(k_full + s, 1);
+      BarrierInit(v_full + s, 1);
+      BarrierInit(k_empty + s, S::kConsumerWarps);
+      BarrierInit(v_empty + s, S::kConsumerWarps);
+    }
+    BarrierInitFence();
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    // ---- producer ----
+    RegDealloc<24>();
+    if (threadIdx.x == 0) {
+      PrefetchTensorMap(&tm_q);
+      PrefetchTensorMap(&tm_k);
+      PrefetchTensorMap(&tm_v);
+      BarrierArriveExpectTx(q_full, S::kTileBytes);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        TmaLoad3d(smem + S::kQOffset + h * S::kHalfBytes, &tm_q, q_full, h * 64, kv_head * group, q_begin + first);
+      }
+      for (int b = 0; b < num_blocks; ++b) {
+        const int stage = b % S::kStages;
+        const uint32_t reuse = b / S::kStages;  // how often this stage was filled before
+        const int key_row = kv_begin + key_begin + b * S::kBlockN;
+        if (reuse > 0) BarrierWait(k_empty + stage, (reuse - 1) & 1);
+        BarrierArriveExpectTx(k_full + stage, S::kTileBytes);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          TmaLoad3d(smem + S::kKOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_k, k_full + stage, h * 64,
+                    kv_head, key_row);
+        }
+        if (reuse > 0) BarrierWait(v_empty + stage, (reuse - 1) & 1);
+        BarrierArriveExpectTx(v_full + stage, S::kTileBytes);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          TmaLoad3d(smem + S::kVOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_v, v_full + stage, h * 64,
+                    kv_head, key_row);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  RegAlloc<240>();
+  const int consumer = warpgroup - 1;  // rows 64 * consumer ..
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int tile_rows = num_tokens * group;
+
+  // This thread's two rows (accumulator layout: lane / 4 and lane / 4 + 8 of its warp's 16).
+  int row_lo[2], row_hi[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = consumer * 64 + warp * 16 + lane / 4 + 8 * i;
+    row_valid[i] = r < tile_rows;
+    row_lo[i] = row_hi[i] = 0;
+    if (row_valid[i]) {
+      RowKeys(p, q_len, kv_len, first + r / group, row_lo[i], row_hi[i]);
+      row_lo[i] = max(row_lo[i], key_begin);
+      row_hi[i] = max(row_lo[i], min(row_hi[i], key_end));
+    }
+  }
+
+  const float cap = p.logits_soft_cap;
+  const float scale_log2 = p.sm_scale * kLog2e;
+  const float cap_scale = cap > 0.0f ? p.sm_scale / cap : 0.0f;
+  const float cap_log2 = cap * kLog2e;
+
+  float o_acc[64];
+#pragma unroll
+  for (int e = 0; e < 64; ++e) o_acc[e] = 0.0f;
+  float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units
+  float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
+
+  const uint32_t q_addr = SmemAddr(smem + S::kQOffset) + consumer * 64 * 128;
+  auto k_addr = [&](int stage) { return SmemAddr(smem + S::kKOffset + stage * S::kTileBytes); };
+  auto v_addr = [&](int stage) { return SmemAddr(smem + S::kVOffset + stage * S::kTileBytes); };
+
+  // S = Q K^T over 8 k-steps of 16 columns (4 per 128-byte swizzled half); issued, not waited.
+  auto issue_s = [&](float (&s)[64], int stage) {
+    WgmmaSS<T, false>(s, Desc128B(q_addr, 16, 1024), Desc128B(k_addr(stage), 16, 1024));
+#pragma unroll
+    for (int ks = 1; ks < 8; ++ks) {
+      const uint32_t offset = (ks / 4) * S::kHalfBytes + (ks % 4) * 32;
+      WgmmaSS<T, true>(s, Desc128B(q_addr + offset, 16, 1024), Desc128B(k_addr(stage) + offset, 16, 1024));
+    }
+    WgmmaCommit();
+  };
+  // O += P V: V is [keys][d] in two 64-column halves, read MN-major; a k-step is 16 keys
+  // (16 rows of 128 bytes), the second half of N is kHalfBytes away. Issued, not waited.
+  auto issue_pv = [&](const uint32_t (&a)[8][4], int stage) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) WgmmaRS<T>(o_acc, a[kk], Desc128B(v_addr(stage) + kk * 16 * 128, S::kHalfBytes, 1024));
+    WgmmaCommit();
+  };
+  auto release = [&](uint64_t* bar) {
+    __syncwarp();
+    if (lane == 0) BarrierArrive(bar);
+  };
+
+  // Block b's logits -> probabilities as the PV A operand; updates the row max and sum and
+  // returns the factor the output accumulated so far must be scaled by.
+  // Block b's logits -> probabilities, in place in the S accumulators (fp32); updates the
+  // row max and sum and returns the factor the output so far must be scaled by.
+  auto softmax = [&](float (&s)[64], int b, float (&alpha)[2]) {
+    if (cap > 0.0f) {
+#pragma unroll
+      for (int e = 0; e < 64; ++e) s[e] = cap_log2 * tanhf(s[e] * cap_scale);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 64; ++e) s[e] *= scale_log2;
+    }
+    // Mask only blocks that some row of this warp does not see whole.
+    const int j0 = key_begin + b * S::kBlockN;
+    bool partial = false;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + S::kBlockN <= row_hi[i]);
+    if (__any_sync(0xffffffffu, partial)) {
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
+          const int i = e >> 1;
+          if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float m = row_max[i];
+#pragma unroll
+      for (int c = 0; c < 16; ++c) m = fmaxf(m, fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;  // a row with no key yet: p = 0
+      alpha[i] = FastExp2(row_max[i] - m_ref);
+      row_max[i] = m;
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = FastExp2(s[4 * c + 2 * i + e] - m_ref);
+          s[4 * c + 2 * i + e] = pr;
+          sum += pr;
+        }
+      }
+      row_sum[i] = row_sum[i] * alpha[i] + sum;
+    }
+  };
+  // Probabilities as the P V A operand: two adjacent 8-key accumulator tiles are one 16-key
+  // fragment. Runs only once no wgmma reading `a` is in flight: ptxas may give the new
+  // values the registers of the old ones, and would serialise the wgmmas to stay correct.
+  auto pack = [&](const float (&s)[64], uint32_t (&a)[8][4]) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+      a[kk][0] = PackPair<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      a[kk][1] = PackPair<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      a[kk][2] = PackPair<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      a[kk][3] = PackPair<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+  };
+
+  BarrierWait(q_full, 0);
+  // Software pipeline inside the warpgroup: while P_b V_b runs on the tensor cores, the
+  // softmax of block b + 1 (whose S was issued just before) runs on the other units.
+  float s[64];
+  uint32_t a[8][4];
+  float alpha[2];
+  if (num_blocks > 0) {
+    BarrierWait(k_full, 0);
+    WgmmaFence();
+    issue_s(s, 0);
+    WgmmaWait<0>();
+    FenceRegs(s);
+    release(k_empty);
+    softmax(s, 0, alpha);  // o_acc is zero: alpha is moot
+    pack(s, a);
+  }
+  for (int b = 0; b + 1 < num_blocks; ++b) {
+    const int stage = b % S::kStages;
+    const int next_stage = (b + 1) % S::kStages;
+    BarrierWait(k_full + next_stage, ((b + 1) / S::kStages) & 1);
+    BarrierWait(v_full + stage, (b / S::kStages) & 1);
+    FenceRegs(o_acc);  // the rescale and the packing land before the fence, not after it
+    FenceRegs(a);
+    WgmmaFence();
+    issue_s(s, next_stage);
+    issue_pv(a, stage);
+    WgmmaWait<1>();  // S of block b + 1 (groups complete in order)
+    FenceRegs(s);
+    release(k_empty + next_stage);
+    softmax(s, b + 1, alpha);
+    WgmmaWait<0>();
+    FenceRegs(o_acc);
+    FenceRegs(a);
+    release(v_empty + stage);
+    pack(s, a);
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+      o_acc[4 * c] *= alpha[0], o_acc[4 * c + 1] *= alpha[0];
+      o_acc[4 * c + 2] *= alpha[1], o_acc[4 * c + 3] *= alpha[1];
+    }
+  }
+  if (num_blocks > 0) {  // the last block's P V
+    const int stage = (num_blocks - 1) % S::kStages;
+    BarrierWait(v_full + stage, ((num_blocks - 1) / S::kStages) & 1);
+    FenceRegs(o_acc);
+    FenceRegs(a);
+    WgmmaFence();
+    issue_pv(a, stage);
+    WgmmaWait<0>();
+    FenceRegs(o_acc);
+    release(v_empty + stage);
+  }
+
+  // ---- epilogue: normalise and store this thread's two rows ----
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
+    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
+  }
+  const int quad = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (!row_valid[i]) continue;
+    const int r = consumer * 64 + warp * 16 + lane / 4 + 8 * i;
+    const int t = r / group;
+    const int token = q_begin + first + t;
+    const int head = kv_head * group + (r - t * group);
+    const bool seen = row_sum[i] > 0.0f;
+    const float inv = seen ? 1.0f / row_sum[i] : 0.0f;
+    T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + quad * 2;
+    // Rows that see no key are written as zeros, not 0 * o (o may hold 0 * NaN).
+    if (p.out_vec) {
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        const float x0 = seen ? o_acc[4 * c + 2 * i] * inv : 0.0f;
+        const float x1 = seen ? o_acc[4 * c + 2 * i + 1] * inv : 0.0f;
+        *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(x0, x1);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+        dst[c * 8] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i] * inv : 0.0f);
+        dst[c * 8 + 1] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i + 1] * inv : 0.0f);
+      }
+    }
+    if (quad == 0 && p.lse != nullptr) {
+      p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] =
+          seen ? row_max[i] * 0.6931471805599453f + logf(row_sum[i]) : SPLITKV_NEG_INF;
+    }
+  }
+#endif  // SPLITKV_SM90_DEVICE
+}
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_PREFILL_SM90_CUH_

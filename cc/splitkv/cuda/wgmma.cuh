@@ -1,0 +1,222 @@
+// Hopper-only PTX (sm_90a) for the prefill kernel of prefill_sm90.cuh: shared-memory matrix
+// descriptors for wgmma, wgmma m64n128k16 (fp32 accumulate), mbarriers, TMA tile loads and
+// setmaxnreg. Everything here compiles to nothing unless SPLITKV_SM90_DEVICE is 1, so the
+// sm_80 pass of the same translation unit still builds; the host launches the kernel only on
+// a compute capability 9.0 device.
+#ifndef SPLITKV_CUDA_WGMMA_CUH_
+#define SPLITKV_CUDA_WGMMA_CUH_
+
+#include <cuda.h>  // CUtensorMap (a plain struct; no driver library is linked)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SPLITKV_SM90_DEVICE 1
+#else
+#define SPLITKV_SM90_DEVICE 0
+#endif
+
+namespace splitkv::cuda::sm90 {
+
+#if SPLITKV_SM90_DEVICE
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// A wgmma shared-memory descriptor for a 128-byte-swizzled operand whose swizzle atoms (8
+// rows of 128 bytes) are 1024-byte aligned. Byte offsets are stored >> 4.
+//   K-major (rows of 64 contiguous 16-bit elements along K): `stride_bytes` steps between
+//   8-row groups; `leading_bytes` is unused while an instruction's K (16) stays in one atom.
+//   MN-major (rows along K, 64 contiguous elements along N): `leading_bytes` steps to the
+//   next 64 columns of N, `stride_bytes` to the next 8 rows of K.
+__device__ __forceinline__ uint64_t Desc128B(uint32_t smem_addr, uint32_t leading_bytes, uint32_t stride_bytes) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((smem_addr & 0x3ffff) >> 4);
+  d |= static_cast<uint64_t>((leading_bytes & 0x3ffff) >> 4) << 16;
+  d |= static_cast<uint64_t>((stride_bytes & 0x3ffff) >> 4) << 32;
+  d |= uint64_t{1} << 62;  // 128-byte swizzle
+  return d;
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Pins accumulator registers in program order around the asynchronous wgmma: reads after a
+// wait and writes before an issue cannot be moved across it by the compiler.
+template <int N>
+__device__ __forceinline__ void FenceRegs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int M, int N>
+__device__ __forceinline__ void FenceRegs(uint32_t (&d)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) asm volatile("" : "+r"(d[i][j])::"memory");
+  }
+}
+
+#define SPLITKV_WGMMA_D_LIST                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define SPLITKV_WGMMA_D_OPERANDS                                                                          \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),         \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),            \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),          \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),          \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),          \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),          \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),          \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),          \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+#define SPLITKV_WGMMA_D_OUTPUTS                                                                           \
+  "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),         \
+      "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]),            \
+      "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]),          \
+      "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]),          \
+      "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]),          \
+      "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]),          \
+      "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]),          \
+      "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]),          \
+      "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
+
+// d (64 x 128 fp32 over the warpgroup) = A (64 x 16, K-major in shared memory) *
+// B (16 x 128, K-major in shared memory: [n][k]) (+ d when kAccumulate). The first k-step
+// (kAccumulate false) takes d as an output only, so old accumulator values are not inputs.
+template <typename T, bool kAccumulate>
+__device__ __forceinline__ void WgmmaSS(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
+
+#define SPLITKV_WGMMA_SS(TYPE, PTX_TYPE)                                                                       \
+  template <>                                                                                                  \
+  __device__ __forceinline__ void WgmmaSS<TYPE, true>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {      \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D_LIST \
+                 ", %64, %65, 1, 1, 1, 0, 0;\n"                                                                \
+                 : SPLITKV_WGMMA_D_OPERANDS                                                                    \
+                 : "l"(desc_a), "l"(desc_b));                                                                  \
+  }                                                                                                            \
+  template <>                                                                                                  \
+  __device__ __forceinline__ void WgmmaSS<TYPE, false>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {     \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D_LIST \
+                 ", %64, %65, 0, 1, 1, 0, 0;\n"                                                                \
+                 : SPLITKV_WGMMA_D_OUTPUTS                                                                     \
+                 : "l"(desc_a), "l"(desc_b));                                                                  \
+  }
+SPLITKV_WGMMA_SS(__nv_bfloat16, "bf16")
+SPLITKV_WGMMA_SS(__half, "f16")
+#undef SPLITKV_WGMMA_SS
+
+// d (64 x 128) += A (64 x 16 from registers, the mma.sync m16n8k16 A fragment per warp) *
+// B (16 x 128, MN-major in shared memory: [k][n], transposed by the instruction).
+template <typename T>
+__device__ __forceinline__ void WgmmaRS(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b);
+
+template <>
+__device__ __forceinline__ void WgmmaRS<__nv_bfloat16>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SPLITKV_WGMMA_D_LIST
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : SPLITKV_WGMMA_D_OPERANDS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <>
+__device__ __forceinline__ void WgmmaRS<__half>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SPLITKV_WGMMA_D_LIST
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : SPLITKV_WGMMA_D_OPERANDS
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+#undef SPLITKV_WGMMA_D_LIST
+#undef SPLITKV_WGMMA_D_OPERANDS
+#undef SPLITKV_WGMMA_D_OUTPUTS
+
+// 2^x on the special-function unit; subnormal results flush to 0 (a probability that small
+// is 0 at 16-bit precision anyway), and 2^-inf is 0.
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// ---- mbarriers (CTA scope) ----
+
+__device__ __forceinline__ void BarrierInit(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(bar)), "r"(count) : "memory");
+}
+
+// Makes the initialised barriers visible to the TMA unit (the async proxy).
+__device__ __forceinline__ void BarrierInitFence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddr(bar)) : "memory");
+}
+
+// One arrival that also announces `bytes` of TMA data to come.
+__device__ __forceinline__ void BarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = SmemAddr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+// ---- TMA ----
+
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// A 3-D box at coordinates (c0 innermost) into shared memory; completes on `bar`.
+__device__ __forceinline__ void TmaLoad3d(void* smem, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1,
+                                          int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(SmemAddr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(SmemAddr(bar))
+      : "memory");
+}
+
+// ---- registers per warpgroup ----
+
+template <int kRegs>
+__device__ __forceinline__ void RegAlloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void RegDealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// Barrier over `threads` threads (a multiple of 32) on hardware barrier `id` (not 0, which
+// __syncthreads uses).
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+#endif  // SPLITKV_SM90_DEVICE
+
+}  // namespace splitkv::cuda::sm90
+
+#endif  // SPLITKV_CUDA_WGMMA_CUH_

@@ -1,0 +1,136 @@
+"""The Hopper (sm_90a wgmma + TMA) ragged prefill against the float64 reference.
+
+The kernel serves ragged calls with one split, float16/bfloat16, head_dim 128, a group size
+dividing 128 and 16-byte-aligned q/k/v; on other GPUs the same calls run the mma.sync
+kernel, so these tests pass there too. Cases aim at the kernel's edges: lengths that are not
+multiples of its 128-row / 128-key tiles, queries aligned to the end of longer or shorter
+KV, GQA packing, windows, soft cap, LSE, empty requests, NaN-poisoned out, strided k/v, a
+CUDA graph, and agreement with the mma.sync kernel (SPLITKV_DISABLE_SM90=1).
+"""
+
+import zlib
+
+import pytest
+import torch
+
+import harness
+import splitkv
+import splitkv_reference
+
+pytestmark = pytest.mark.gpu
+
+# (q_lens, kv_lens): "ragged": several 128-key blocks and partial tiles; "suffix": queries
+# at the end of a longer KV; "short_kv": more queries than keys (causal rows with no key);
+# "empty": zero-length requests around real ones; "long": a 2-stage ring reused many times.
+_BATCHES = {
+    "ragged": ([37, 130, 5, 257], [37, 130, 5, 257]),
+    "suffix": ([20, 1, 90, 129], [300, 64, 95, 700]),
+    "short_kv": ([200, 64], [40, 63]),
+    "empty": ([12, 0, 0, 9, 3, 140], [40, 25, 0, 9, 0, 140]),
+    "long": ([1000], [1100]),
+}
+
+CASES = harness.pairwise({
+    "batch": list(_BATCHES),
+    "causal": [True, False],
+    "window_left": [-1, 0, 100],
+    "logits_soft_cap": [0.0, 3.0],
+    "group": [1, 2, 4, 8, 16],
+    "dtype": [torch.float16, torch.bfloat16],
+    "strided": [False, True],
+    "out": [False, True],
+}, seed=7)
+
+
+def _require():
+    harness.require("cuda", torch.float16, 128)
+
+
+def _run_and_check(problem, options, poison_out):
+    workspace = harness.shared_workspace("cuda")
+    out = torch.full_like(problem.q, float("nan")) if poison_out else None
+    got, lse = problem.run(workspace, num_splits=1, return_lse=True, out=out, **options)
+    if out is not None:
+        assert got is out
+    expected, expected_lse = problem.reference(**options)
+    harness.assert_close(got, expected, problem.dtype)
+    harness.assert_lse_close(lse, expected_lse)
+    harness.assert_counter_region_zero(workspace)
+    return got, lse
+
+
+@pytest.mark.parametrize("case", CASES, ids=harness.case_id)
+def test_matches_reference(case):
+    _require()
+    q_lens, kv_lens = _BATCHES[case["batch"]]
+    problem = harness.make_ragged(q_lens, kv_lens, group=case["group"], head_dim=128,
+                                  dtype=case["dtype"], device="cuda", strided=case["strided"],
+                                  seed=zlib.crc32(harness.case_id(case).encode()))
+    options = {k: case[k] for k in ("causal", "window_left", "logits_soft_cap")}
+    options["sm_scale"] = 128 ** -0.5
+    _run_and_check(problem, options, case["out"])
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_wide_groups(group):
+    """Tiles of 4, 2 and 1 tokens (the q box is group heads x 128 / group tokens)."""
+    _require()
+    problem = harness.make_ragged([33, 5], [70, 5], num_kv_heads=1, group=group, head_dim=128,
+                                  dtype=torch.bfloat16, device="cuda", seed=group)
+    _run_and_check(problem, dict(causal=True, sm_scale=0.09), poison_out=True)
+
+
+def test_negative_scale_and_large_logits():
+    """The max is taken after scaling (a negative sm_scale flips it); large logits stay finite."""
+    _require()
+    problem = harness.make_ragged([150], [150], group=4, head_dim=128, dtype=torch.float16,
+                                  device="cuda", seed=3)
+    problem.q.mul_(4.0)
+    _run_and_check(problem, dict(causal=True, sm_scale=-0.3), poison_out=False)
+
+
+def test_matches_mma_sync_kernel(monkeypatch):
+    """Both kernels agree to rounding on a long causal GQA prefill."""
+    _require()
+    problem = harness.make_ragged([700, 1300], [700, 1500], num_kv_heads=2, group=4,
+                                  head_dim=128, dtype=torch.bfloat16, device="cuda", seed=11)
+    workspace = harness.shared_workspace("cuda")
+    options = dict(causal=True, sm_scale=128 ** -0.5, num_splits=1, return_lse=True)
+    fast, fast_lse = problem.run(workspace, **options)
+    monkeypatch.setenv("SPLITKV_DISABLE_SM90", "1")
+    slow, slow_lse = problem.run(workspace, **options)
+    monkeypatch.delenv("SPLITKV_DISABLE_SM90")
+    torch.testing.assert_close(fast.float(), slow.float(), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(fast_lse, slow_lse, atol=1e-4, rtol=1e-5)
+
+
+def test_cuda_graph_replays():
+    _require()
+    torch.manual_seed(5)
+    group, num_kv_heads, dtype = 4, 2, torch.float16
+    q_lens, kv_lens = [150, 90], [150, 300]
+    problem = harness.make_ragged(q_lens, kv_lens, num_kv_heads=num_kv_heads, group=group,
+                                  head_dim=128, dtype=dtype, device="cuda", seed=5)
+    workspace = splitkv.Workspace(16 << 20, "cuda")
+    out = torch.empty_like(problem.q)
+    options = dict(num_splits=1, max_q_len=max(q_lens), sm_scale=0.1, return_lse=True, out=out)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        problem.run(workspace, **options)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, lse = problem.run(workspace, **options)
+    for _ in range(3):
+        for x in (problem.q, problem.k, problem.v):
+            x.copy_(torch.randn(x.shape, device="cuda").to(dtype))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected, expected_lse = splitkv_reference.ragged_attention(
+            problem.q.cpu(), problem.k.cpu(), problem.v.cpu(), problem.cu_seqlens_q,
+            problem.cu_seqlens_kv, sm_scale=0.1)
+        harness.assert_close(out, expected, dtype)
+        harness.assert_lse_close(lse, expected_lse)
+

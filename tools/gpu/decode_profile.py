@@ -1,0 +1,106 @@
+"""Paged decode launches for ncu, and a quick timing of decode variants.
+
+    python3 tools/gpu/decode_profile.py 64x4096 1x32768            # 2 launches each (for ncu)
+    python3 tools/gpu/decode_profile.py --time 64x4096:HND:1 ...  # CUDA-graph timing, TB/s
+
+A shape is BATCHxKV_LEN[:LAYOUT[:NUM_SPLITS]] (bf16, 32 qo / 8 kv heads, head_dim 128, page
+16). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
+checked against float32 SDPA on the gathered KV.
+"""
+
+import os
+import statistics
+import sys
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, _ROOT)
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import splitkv  # noqa: E402
+from tools.bench import inputs, shapes  # noqa: E402
+
+
+def parse(spec):
+    parts = spec.split(":")
+    batch, kv_len = (int(x) for x in parts[0].split("x"))
+    layout = parts[1] if len(parts) > 1 else "HND"
+    splits = int(parts[2]) if len(parts) > 2 else None
+    return batch, kv_len, layout, splits
+
+
+def make(batch, kv_len, layout, copies, gen, page_size=16):
+    case = shapes.DecodeCase(batch, kv_len)
+    out = []
+    for c in inputs.decode_copies(case, torch.bfloat16, torch.device("cuda", 0), copies, gen):
+        out.append(inputs.paged_copy(c, page_size, layout, gen))
+        del c
+    return out
+
+
+def main(argv):
+    timing = "--time" in argv
+    specs = [a for a in argv if not a.startswith("--")]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    ws = splitkv.Workspace(256 << 20, "cuda")
+    rows = []
+    for spec in specs:
+        batch, kv_len, layout, splits = parse(spec)
+        kv_bytes = batch * 8 * kv_len * 128 * 2 * 2
+        copies = max(1, min(16, -(-(240 << 20) // kv_bytes))) if timing else 1
+        paged = make(batch, kv_len, layout, copies, gen)
+        outs = [torch.empty_like(p.q) for p in paged]
+
+        def call(i):
+            p = paged[i]
+            return splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ws, kv_layout=layout,
+                                           out=outs[i], max_q_len=1, num_splits=splits)
+
+        plan = splitkv.plan_paged_attention(paged[0].q, paged[0].kv_cache, paged[0].block_tables,
+                                            paged[0].seq_lens, ws, kv_layout=layout, max_q_len=1,
+                                            num_splits=splits)
+        if not timing:
+            for _ in range(2):
+                call(0)
+            torch.cuda.synchronize()
+            print(f"{spec}: launched, num_splits {plan.num_splits}")
+            continue
+        # Check against SDPA in float32 on the gathered KV.
+        p = paged[0]
+        k, v = inputs.gather_pages(p.kv_cache, p.block_tables, kv_len, layout)
+        ref = F.scaled_dot_product_attention(p.q.float().unsqueeze(2), k.float(), v.float(),
+                                             enable_gqa=True).squeeze(2)
+        outs[0].fill_(float("nan"))
+        got = call(0).float()
+        err = float((got - ref).abs().max())
+        del k, v, ref
+        for i in range(len(paged)):
+            call(i)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(len(paged)):
+                call(i)
+        for _ in range(5):
+            graph.replay()
+        times = []
+        for _ in range(30):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            graph.replay()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3 / len(paged))
+        t = statistics.median(times)
+        rows.append(f"{spec:<22} splits {plan.num_splits:>3}  {t * 1e3:8.4f} ms  {kv_bytes / t / 1e12:5.2f} TB/s"
+                    f"  err {err:.1e}{'  BAD' if not err < 2e-2 else ''}")
+        print(rows[-1], flush=True)
+        del paged, outs, graph
+        torch.cuda.empty_cache()
+    if rows:
+        print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
