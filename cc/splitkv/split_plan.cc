@@ -22,7 +22,7 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   double best = 0.0;
   for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
   for (int64_t s = 1; s <= limit; ++s) {
-    if (efficiency(s) >= 0.85 * best) return s;
+    if (efficiency(s) >= 0.95 * best) return s;
   }
   return 1;
 }

@@ -2,9 +2,12 @@
 //
 // The heuristic follows the idea of FlashAttention 3's num_splits_heuristic (hopper/
 // heuristics.h): split only when the tiles alone would leave workers idle, and pick the
-// smallest split count whose last wave is at least 85% as full as the best one. Example:
-// 8 tiles on 132 SMs with 32k keys: 1 split fills 6% of the SMs; 16 splits would give 128
-// CTAs (97% of one wave), and 15 give 120 (91%, above 0.85 x 97%), so 15.
+// smallest split count whose last wave is at least 95% as full as the best one. Example:
+// 8 tiles on 264 workers (132 SMs x 2 CTAs) with 32k keys: 1 split fills 3% of them; 33
+// splits give 264 CTAs (100%), 32 give 256 (97%), so 32. FlashAttention's 85% would take
+// 29 (232 CTAs): on the GPU a split CTA's time is set by its SM's issue rate, so the SMs
+// holding two CTAs set the kernel's time while 32 workers idle (measured on the H200:
+// docs/perf_log.md, 2026-11-30).
 #ifndef SPLITKV_SPLIT_PLAN_H_
 #define SPLITKV_SPLIT_PLAN_H_
 
