@@ -46,10 +46,13 @@ for step in "${steps[@]}"; do
       : > "${out}/sanitizer.log"
       for tool in memcheck racecheck synccheck; do
         echo "==== ${tool}" >> "${out}/sanitizer.log"
-        # Only splitkv's kernels are instrumented (torch's run unchecked, and fast). The
+        # Only splitkv's kernels are instrumented (torch's run unchecked, and fast): kns= is
+        # a substring of the kernel's name, and every splitkv kernel (AttentionKernel,
+        # BulkDecodeKernel, PrefillSm90Kernel) lives in namespace splitkv::cuda, so its
+        # mangled and demangled names both hold "splitkv" and no torch kernel's does. The
         # option's spelling changed across releases: try the other one if this is refused.
-        for filter in --kernel-regex --kernel-name; do
-          timeout 150 compute-sanitizer --tool "${tool}" --error-exitcode 9 "${filter}" kns=AttentionKernel \
+        for filter in --kernel-name --kernel-regex; do
+          timeout 150 compute-sanitizer --tool "${tool}" --error-exitcode 9 "${filter}" kns=splitkv \
             python3 tools/gpu/sanitizer_cases.py > "${out}/sanitizer_part.log" 2>&1
           rc=$?
           grep -q "SUMMARY" "${out}/sanitizer_part.log" && break

@@ -1,8 +1,10 @@
 """Small launches of each operation for compute-sanitizer (memcheck, racecheck, synccheck).
 
-Covers both tile kinds of the paged kernel (decode and prefill tiles), the ragged kernel,
-split merges (num_splits > 1) and direct writes, page tails holding NaN, and a row that
-sees no key. Prints one line per case; exits nonzero if a result is off or a counter stays
+Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 decode tiles
+with 16-byte aligned KV run the bulk-copy kernel), the ragged kernel, the sm_90 wgmma + TMA
+ragged prefill (1 split, float16/bfloat16, head_dim 128 and 64: partial last key blocks whose tail
+V rows it zeroes, partial query tiles, a window), split merges (num_splits > 1) and direct
+writes, page tails holding NaN, and a row that sees no key. Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
 
     compute-sanitizer --tool racecheck python3 tools/gpu/sanitizer_cases.py
@@ -33,6 +35,13 @@ def main():
         ("ragged causal, 2 splits, soft cap, q > kv",
          harness.make_ragged([90, 20], [40, 150], group=4, head_dim=128, dtype=torch.float16,
                              device="cuda"), dict(num_splits=2, logits_soft_cap=10.0, max_q_len=90)),
+        ("ragged wgmma (sm_90), bf16 d128 GQA causal, partial last blocks, 1 split",
+         harness.make_ragged([37, 130, 5, 257], [37, 200, 5, 257], group=4, head_dim=128,
+                             dtype=torch.bfloat16, device="cuda"), dict(num_splits=1)),
+        ("ragged wgmma (sm_90), f16 d64 window, soft cap, q > kv, 1 split",
+         harness.make_ragged([150, 40], [120, 300], group=2, head_dim=64, dtype=torch.float16,
+                             device="cuda"),
+         dict(num_splits=1, window_left=50, logits_soft_cap=5.0)),
         ("ragged non-causal, 1 split, strided",
          harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
                              device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),

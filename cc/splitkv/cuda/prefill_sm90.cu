@@ -58,13 +58,15 @@ bool Disabled() {
   return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
 }
 
-// A [tokens][heads][head_dim 128] tensor as a 3-D map with boxes of 64 columns (128 bytes,
-// the 128-byte swizzle's width) x box_heads x box_tokens.
-bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t num_heads, int64_t num_tokens,
-               int64_t stride_head, int64_t stride_token, uint32_t box_heads, uint32_t box_tokens) {
+// A [tokens][heads][head_dim] tensor as a 3-D map with boxes of 64 columns (128 bytes, the
+// 128-byte swizzle's width) x box_heads x box_tokens.
+bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t head_dim, int64_t num_heads,
+               int64_t num_tokens, int64_t stride_head, int64_t stride_token, uint32_t box_heads,
+               uint32_t box_tokens) {
   const EncodeTiledFn encode = EncodeTiled();
   if (encode == nullptr || num_heads < 1 || num_tokens < 1) return false;
-  const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(num_heads), static_cast<cuuint64_t>(num_tokens)};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(num_heads),
+                              static_cast<cuuint64_t>(num_tokens)};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride_head) * 2, static_cast<cuuint64_t>(stride_token) * 2};
   const cuuint32_t box[3] = {64, box_heads, box_tokens};
   const cuuint32_t element_strides[3] = {1, 1, 1};
@@ -75,21 +77,22 @@ bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t num_head
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T>
+template <typename T, int kHeadDim>
 void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, const PrefillSm90Params& params,
             int64_t num_ctas, cudaStream_t stream, const char* op) {
-  constexpr auto kernel = PrefillSm90Kernel<T>;
+  using S = PrefillSm90Shape<kHeadDim>;
+  constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim>;
   static std::atomic<uint64_t> done_devices{0};
   int device = 0;
   CheckCuda(cudaGetDevice(&device), op);
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit == 0 || (done_devices.load(std::memory_order_acquire) & bit) == 0) {
     CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(PrefillSm90Shape::kSmemBytes)),
+                                   static_cast<int>(S::kSmemBytes)),
               op);
     done_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<static_cast<unsigned>(num_ctas), PrefillSm90Shape::kThreads, PrefillSm90Shape::kSmemBytes, stream>>>(
+  kernel<<<static_cast<unsigned>(num_ctas), S::kThreads, S::kSmemBytes, stream>>>(
       q, k, v, params);
   CheckCuda(cudaGetLastError(), op);
 }
@@ -98,27 +101,29 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
 
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op) {
-  if (p.head_dim != 128 || plan.num_splits != 1) return false;
+  if ((p.head_dim != 64 && p.head_dim != 128) || plan.num_splits != 1) return false;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  if (group < 1 || group > PrefillSm90Shape::kRows || PrefillSm90Shape::kRows % group != 0) return false;
+  constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for both head_dims
+  constexpr int kBlockN = PrefillSm90Shape<128>::kBlockN;
+  if (group < 1 || group > kRows || kRows % group != 0) return false;
   // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
   if (!k.q_vec || !k.kv_vec || p.total_kv < 1 || p.total_q < 1) return false;
   if (Disabled() || !CurrentDeviceIsSm90(op)) return false;
 
-  const int64_t tile_tokens = PrefillSm90Shape::kRows / group;
+  const int64_t tile_tokens = kRows / group;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   const int64_t num_q_tiles = (max_q + tile_tokens - 1) / tile_tokens;
   const int64_t num_ctas = p.batch_size * p.num_kv_heads * num_q_tiles;
   if (num_ctas < 1 || num_ctas > 2147483647) return false;
 
   CUtensorMap tm_q, tm_k, tm_v;
-  if (!EncodeMap(&tm_q, p.dtype, p.q, p.num_qo_heads, p.total_q, p.q_stride_head, p.q_stride_token,
+  if (!EncodeMap(&tm_q, p.dtype, p.q, p.head_dim, p.num_qo_heads, p.total_q, p.q_stride_head, p.q_stride_token,
                  static_cast<uint32_t>(group), static_cast<uint32_t>(tile_tokens)) ||
-      !EncodeMap(&tm_k, p.dtype, p.k, p.num_kv_heads, p.total_kv, p.k_stride_head, p.k_stride_token, 1,
-                 PrefillSm90Shape::kBlockN) ||
-      !EncodeMap(&tm_v, p.dtype, p.v, p.num_kv_heads, p.total_kv, p.v_stride_head, p.v_stride_token, 1,
-                 PrefillSm90Shape::kBlockN)) {
+      !EncodeMap(&tm_k, p.dtype, p.k, p.head_dim, p.num_kv_heads, p.total_kv, p.k_stride_head, p.k_stride_token,
+                 1, kBlockN) ||
+      !EncodeMap(&tm_v, p.dtype, p.v, p.head_dim, p.num_kv_heads, p.total_kv, p.v_stride_head, p.v_stride_token,
+                 1, kBlockN)) {
     return false;
   }
 
@@ -127,10 +132,13 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
   params.cu_seqlens_kv = p.cu_seqlens_kv;
   params.q_tile_tokens = static_cast<int32_t>(tile_tokens);
   params.num_q_tiles = static_cast<int32_t>(num_q_tiles);
-  if (p.dtype == DType::kBFloat16) {
-    Launch<__nv_bfloat16>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+  const bool bf16 = p.dtype == DType::kBFloat16;
+  if (p.head_dim == 64) {
+    bf16 ? Launch<__nv_bfloat16, 64>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
+         : Launch<__half, 64>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
   } else {
-    Launch<__half>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+    bf16 ? Launch<__nv_bfloat16, 128>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
+         : Launch<__half, 128>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
   }
   return true;
 }

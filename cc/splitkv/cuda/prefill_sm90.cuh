@@ -1,9 +1,10 @@
-// Ragged prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 128.
+// Ragged prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 64
+// or 128.
 //
 // A CTA is three warpgroups. Warpgroup 0 is the producer: one thread loads the query tile
-// once and streams 128-key K and V blocks through a two-stage ring by TMA (128-byte
-// swizzled, completing on mbarriers), and gives its registers to the consumers
-// (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's 128 query rows: S = Q K^T on
+// once and streams 128-key K and V blocks through a two-stage ring (three at head_dim 64)
+// by TMA (128-byte swizzled, completing on mbarriers), and gives its registers to the
+// consumers (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's 128 query rows: S = Q K^T on
 // wgmma with both operands in shared memory, the online softmax in registers (exp2 with the
 // scale and log2(e) folded into one multiply), then O += P V with P from registers and V read
 // transposed (MN-major) from shared memory. Inside a warpgroup, S of block b + 1 and P V of
@@ -14,9 +15,13 @@
 // Rows pack (tokens x the kv head's group of qo heads) as in the mma.sync kernel, so a GQA
 // group shares every K/V block; the query tile is one TMA box {64 columns, group heads,
 // 128 / group tokens} per 64-column half. Masking (causal aligned to the end of the KV,
-// sliding window, the tile's key range) is applied to S. TMA fills rows past the tensor with
-// zeros; rows of K/V past this request's keys belong to the next request and are masked
-// (their P is exactly 0); query rows past the request are computed but never stored.
+// sliding window, the tile's key range) is applied to S by select, so a NaN logit of a
+// masked key never survives. TMA fills rows past the tensor with zeros, but the last block's
+// rows past the tile's keys are real rows: the request's later keys or the next request's.
+// A masked key's P is exactly 0, yet 0 * NaN is NaN in P V, so the producer warp zeroes
+// those V rows in shared memory before the consumers' last P V reads them: one request's
+// data never reaches another's output, as in the mma.sync kernel (which zero-fills them).
+// Query rows past the request are computed but never stored.
 #ifndef SPLITKV_CUDA_PREFILL_SM90_CUH_
 #define SPLITKV_CUDA_PREFILL_SM90_CUH_
 
@@ -31,21 +36,28 @@
 
 namespace splitkv::cuda {
 
+template <int kHeadDimT>
 struct PrefillSm90Shape {
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
   static constexpr int kRows = 128;     // query rows per CTA
   static constexpr int kBlockN = 128;   // keys per K/V block
-  static constexpr int kHeadDim = 128;
-  static constexpr int kStages = 2;
-  // A 128-row tile is two 64-column halves ([128 rows][128 bytes] each, 128-byte swizzled):
-  // the swizzle spans at most 128 bytes of a row.
+  static constexpr int kHeadDim = kHeadDimT;
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma prefill: head_dim 64 or 128");
+  // head_dim 64 halves the work per block, so a third stage hides more of the TMA latency
+  // (shared memory allows it: 112 KiB).
+  static constexpr int kStages = kHeadDim == 64 ? 3 : 2;
+  // A 128-row tile is head_dim / 64 column halves ([128 rows][128 bytes] each, 128-byte
+  // swizzled): the swizzle spans at most 128 bytes of a row.
+  static constexpr int kHalves = kHeadDim / 64;
+  static constexpr int kKSteps = kHeadDim / 16;  // of S = Q K^T
+  static constexpr int kOutRegs = kHeadDim / 2;  // O (64 x head_dim) per consumer thread
   static constexpr uint32_t kHalfBytes = 128 * 64 * 2;
-  static constexpr uint32_t kTileBytes = 2 * kHalfBytes;
+  static constexpr uint32_t kTileBytes = kHalves * kHalfBytes;
   static constexpr uint32_t kQOffset = 0;
   static constexpr uint32_t kKOffset = kQOffset + kTileBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kTileBytes;
-  static constexpr int kNumBarriers = 1 + 4 * kStages;
+  static constexpr int kNumBarriers = 2 + 4 * kStages;  // + q_full, v_tail
   // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
   static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
   static constexpr int kConsumerWarps = 8;
@@ -73,13 +85,13 @@ __device__ __forceinline__ void RowKeys(const AttentionKernelParams& p, int q_le
 }  // namespace sm90
 #endif
 
-template <typename T>
-__global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     PrefillSm90Kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, const PrefillSm90Params params) {
 #if SPLITKV_SM90_DEVICE
   using namespace sm90;
-  using S = PrefillSm90Shape;
+  using S = PrefillSm90Shape<kHeadDim>;
   const AttentionKernelParams& p = params.p;
 
   // Same walk as the mma.sync kernel: (request, kv head) outer, q tiles last-first inside,
@@ -122,6 +134,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
   uint64_t* const v_full = k_full + S::kStages;
   uint64_t* const k_empty = v_full + S::kStages;
   uint64_t* const v_empty = k_empty + S::kStages;
+  uint64_t* const v_tail = v_empty + S::kStages;  // the last V block's tail rows are zero
+  // Keys of the last block that this tile must not read: [key_end, block end).
+  const int tail_keep = key_end - key_begin - (num_blocks - 1) * S::kBlockN;  // rows kept
+  const bool tail = num_blocks > 0 && tail_keep < S::kBlockN;
 
   if (threadIdx.x == 0) {
     BarrierInit(q_full, 1);
@@ -132,6 +148,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
       BarrierInit(k_empty + s, S::kConsumerWarps);
       BarrierInit(v_empty + s, S::kConsumerWarps);
     }
+    BarrierInit(v_tail, 32);
     BarrierInitFence();
   }
   __syncthreads();
@@ -140,13 +157,14 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
   if (warpgroup == 0) {
     // ---- producer ----
     RegDealloc<24>();
+    if (threadIdx.x >= 32) return;  // warp 0 produces
     if (threadIdx.x == 0) {
       PrefetchTensorMap(&tm_q);
       PrefetchTensorMap(&tm_k);
       PrefetchTensorMap(&tm_v);
       BarrierArriveExpectTx(q_full, S::kTileBytes);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < S::kHalves; ++h) {
         TmaLoad3d(smem + S::kQOffset + h * S::kHalfBytes, &tm_q, q_full, h * 64, kv_head * group, q_begin + first);
       }
       for (int b = 0; b < num_blocks; ++b) {
@@ -156,18 +174,35 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
         if (reuse > 0) BarrierWait(k_empty + stage, (reuse - 1) & 1);
         BarrierArriveExpectTx(k_full + stage, S::kTileBytes);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < S::kHalves; ++h) {
           TmaLoad3d(smem + S::kKOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_k, k_full + stage, h * 64,
                     kv_head, key_row);
         }
         if (reuse > 0) BarrierWait(v_empty + stage, (reuse - 1) & 1);
         BarrierArriveExpectTx(v_full + stage, S::kTileBytes);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < S::kHalves; ++h) {
           TmaLoad3d(smem + S::kVOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_v, v_full + stage, h * 64,
                     kv_head, key_row);
         }
       }
+    }
+    if (tail) {
+      // Thread 0 waited on the last stage's previous "empty" phase before its final load,
+      // so after this __syncwarp the only v_full phase of that parity left is the last
+      // block's: no lane can mistake an earlier phase for it.
+      __syncwarp();
+      const int last = num_blocks - 1;
+      BarrierWait(v_full + last % S::kStages, (last / S::kStages) & 1);
+      // Whole 128-byte rows: the swizzle permutes 16-byte chunks inside a row only.
+      unsigned char* const v_tile = smem + S::kVOffset + (last % S::kStages) * S::kTileBytes;
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      for (uint32_t c = tail_keep * 8 + threadIdx.x; c < S::kBlockN * 8; c += 32) {
+#pragma unroll
+        for (int h = 0; h < S::kHalves; ++h) *reinterpret_cast<uint4*>(v_tile + h * S::kHalfBytes + c * 16) = zero;
+      }
+      FenceProxyAsyncShared();  // the wgmma (async proxy) reads these bytes next
+      BarrierArrive(v_tail);
     }
     return;
   }
@@ -198,9 +233,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
   const float cap_scale = cap > 0.0f ? p.sm_scale / cap : 0.0f;
   const float cap_log2 = cap * kLog2e;
 
-  float o_acc[64];
+  float o_acc[S::kOutRegs];
 #pragma unroll
-  for (int e = 0; e < 64; ++e) o_acc[e] = 0.0f;
+  for (int e = 0; e < S::kOutRegs; ++e) o_acc[e] = 0.0f;
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units
   float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
 
@@ -208,18 +243,19 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
   auto k_addr = [&](int stage) { return SmemAddr(smem + S::kKOffset + stage * S::kTileBytes); };
   auto v_addr = [&](int stage) { return SmemAddr(smem + S::kVOffset + stage * S::kTileBytes); };
 
-  // S = Q K^T over 8 k-steps of 16 columns (4 per 128-byte swizzled half); issued, not waited.
+  // S = Q K^T over head_dim / 16 k-steps of 16 columns (4 per 128-byte swizzled half);
+  // issued, not waited.
   auto issue_s = [&](float (&s)[64], int stage) {
     WgmmaSS<T, false>(s, Desc128B(q_addr, 16, 1024), Desc128B(k_addr(stage), 16, 1024));
 #pragma unroll
-    for (int ks = 1; ks < 8; ++ks) {
+    for (int ks = 1; ks < S::kKSteps; ++ks) {
       const uint32_t offset = (ks / 4) * S::kHalfBytes + (ks % 4) * 32;
       WgmmaSS<T, true>(s, Desc128B(q_addr + offset, 16, 1024), Desc128B(k_addr(stage) + offset, 16, 1024));
     }
     WgmmaCommit();
   };
-  // O += P V: V is [keys][d] in two 64-column halves, read MN-major; a k-step is 16 keys
-  // (16 rows of 128 bytes), the second half of N is kHalfBytes away. Issued, not waited.
+  // O += P V: V is [keys][d] in 64-column halves, read MN-major; a k-step is 16 keys
+  // (16 rows of 128 bytes), the next half of N is kHalfBytes away. Issued, not waited.
   auto issue_pv = [&](const uint32_t (&a)[8][4], int stage) {
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) WgmmaRS<T>(o_acc, a[kk], Desc128B(v_addr(stage) + kk * 16 * 128, S::kHalfBytes, 1024));
@@ -330,7 +366,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
     release(v_empty + stage);
     pack(s, a);
 #pragma unroll
-    for (int c = 0; c < 16; ++c) {
+    for (int c = 0; c < S::kOutRegs / 4; ++c) {
       o_acc[4 * c] *= alpha[0], o_acc[4 * c + 1] *= alpha[0];
       o_acc[4 * c + 2] *= alpha[1], o_acc[4 * c + 3] *= alpha[1];
     }
@@ -338,6 +374,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
   if (num_blocks > 0) {  // the last block's P V
     const int stage = (num_blocks - 1) % S::kStages;
     BarrierWait(v_full + stage, ((num_blocks - 1) / S::kStages) & 1);
+    if (tail) BarrierWait(v_tail, 0);
     FenceRegs(o_acc);
     FenceRegs(a);
     WgmmaFence();
@@ -367,14 +404,14 @@ __global__ void __launch_bounds__(PrefillSm90Shape::kThreads, 1)
     // Rows that see no key are written as zeros, not 0 * o (o may hold 0 * NaN).
     if (p.out_vec) {
 #pragma unroll
-      for (int c = 0; c < 16; ++c) {
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
         const float x0 = seen ? o_acc[4 * c + 2 * i] * inv : 0.0f;
         const float x1 = seen ? o_acc[4 * c + 2 * i + 1] * inv : 0.0f;
         *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(x0, x1);
       }
     } else {
 #pragma unroll
-      for (int c = 0; c < 16; ++c) {
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
         dst[c * 8] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i] * inv : 0.0f);
         dst[c * 8 + 1] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i + 1] * inv : 0.0f);
       }
