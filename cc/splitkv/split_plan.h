@@ -5,9 +5,8 @@
 // smallest split count whose last wave is at least 95% as full as the best one. Example:
 // 8 tiles on 264 workers (132 SMs x 2 CTAs) with 32k keys: 1 split fills 3% of them; 33
 // splits give 264 CTAs (100%), 32 give 256 (97%), so 32. FlashAttention's 85% would take
-// 29 (232 CTAs): on the GPU a split CTA's time is set by its SM's issue rate, so the SMs
-// holding two CTAs set the kernel's time while 32 workers idle (measured on the H200:
-// docs/perf_log.md, 2026-11-30).
+// 29 (232 CTAs): the GPU decode kernel is bound by each SM's issue rate, so the SMs holding
+// two CTAs would set the kernel's time while 32 worker slots idle.
 #ifndef SPLITKV_SPLIT_PLAN_H_
 #define SPLITKV_SPLIT_PLAN_H_
 

@@ -57,6 +57,8 @@ struct KernelInstance {
 
 template <int kHeadDim>
 using BulkDecodeShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeStages(kHeadDim)>;
+template <int kHeadDim>
+using BulkDecodeSplitShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeSplitStages(kHeadDim)>;
 
 // The bulk-copy decode kernel (decode_kernel.cuh): same launch shape as KernelInstance.
 template <typename T, class Shape>
@@ -112,6 +114,10 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
                       cudaStream_t stream, const char* op) {
   if (kind == TileKind::kDecode) {
     if (params.kv_vec && DeviceHasBulkCopy(op)) {
+      // Split grids have short CTAs: 2 stages fit a third on each SM (tile_config.h).
+      if (params.num_splits > 1) {
+        return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<kHeadDim>>::Launch(params, kv, num_tiles, stream, op);
+      }
       return BulkDecodeInstance<T, BulkDecodeShapeFor<kHeadDim>>::Launch(params, kv, num_tiles, stream, op);
     }
     KernelInstance<T, DecodeShape<kHeadDim>, PagedKvSource>::Launch(params, kv, num_tiles, stream, op);
@@ -143,10 +149,11 @@ void LaunchRagged(DType dtype, const AttentionKernelParams& params, const Ragged
 template <int kHeadDim>
 int ResidentCtasPerSm(TileKind kind, const char* op) {
   if (kind == TileKind::kDecode) {
-    // Workers for the planner: the kernel an aligned cache runs (strided caches, rare, run
-    // the cp.async kernel with these workers).
+    // Workers for the planner: the kernel a split grid of an aligned cache runs (strided
+    // caches, rare, run the cp.async kernel with these workers). The planner splits only
+    // grids short of 80 % of these; an unsplit grid runs 3 stages (fewer CTAs an SM).
     if (DeviceHasBulkCopy(op)) {
-      return BulkDecodeInstance<__nv_bfloat16, BulkDecodeShapeFor<kHeadDim>>::ResidentCtasPerSm(op);
+      return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim>>::ResidentCtasPerSm(op);
     }
     return KernelInstance<__nv_bfloat16, DecodeShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);
   }

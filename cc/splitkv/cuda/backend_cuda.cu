@@ -140,7 +140,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   traits.q_tile_tokens = tile.q_tile_tokens;
   traits.num_workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
   traits.min_keys_per_split = 256;
-  traits.max_splits = 64;
+  traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;
   return traits;
 }
 

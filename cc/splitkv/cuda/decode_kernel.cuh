@@ -315,8 +315,11 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
     row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
   }
-  // Every copy has landed (each block was waited for) and every warp has left the loop
-  // (its last iteration, or the prologue, ended in a barrier): shared memory is free.
+  // Every copy has landed (each block was waited for) and every warp has left the loop (its
+  // last iteration ended in a barrier): shared memory is free. A split with no key block
+  // skipped the loop, so its Q fragment reads above still need a barrier before s_o
+  // overwrites them (num_blocks is the same for the whole CTA; racecheck found this).
+  if (num_blocks == 0) __syncthreads();
   float* const s_o = reinterpret_cast<float*>(smem);
   float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
 #pragma unroll

@@ -38,10 +38,18 @@ constexpr int PrefillBlockKeys(int head_dim) { return head_dim >= 256 ? 32 : 64;
 // Decode tiles only stream K/V, so they keep two blocks in flight where shared memory allows
 // (head_dim 256 at three stages would exceed sm_80's 163 KiB per CTA).
 constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
-// The sm_90 bulk-copy decode kernel (decode_kernel.cuh): 3 stages (2 CTAs an SM at d 128).
-// 2 stages fit 3 CTAs an SM and ran split grids ~4 % faster on the H200, but 64 x 4096
-// (512 tiles) then runs 1.3 waves unsplit and lost 10 %: the planner does not weigh that.
+// The sm_90 bulk-copy decode kernel (decode_kernel.cuh): 3 stages (2 CTAs an SM at d 128)
+// for unsplit grids; split grids run 2 stages (3 CTAs an SM), and the planner counts workers
+// at 3 an SM. 2 stages everywhere lost 10 % at 64 x 4096 (512 tiles, 1.3 waves unsplit); a
+// grid the planner splits has short CTAs, whose fixed cost (prologue, epilogue, counter) a
+// third resident CTA hides (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
+constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
+// Most splits of one decode tile on the GPU. At 3 CTAs an SM the planner would cut 1 x 32k
+// into 47 splits (704 keys each): 6 % slower than 31 on the H200, each CTA's fixed cost
+// outweighing the parallelism. (A key floor instead, 1024, cost 8 x 2048 38 %: 2 splits, one
+// CTA an SM, against 6.)
+inline constexpr int64_t kDecodeMaxSplits = 32;
 
 }  // namespace splitkv::cuda
 
