@@ -1,24 +1,56 @@
-// The CPU backend's entry points: its tiling traits, and the run-time choice between the
-// baseline x86-64 kernels and the AVX2+FMA ones.
+// The CPU backend's entry points: its tiling traits, and the run-time choice among the
+// baseline x86-64, AVX2+FMA and AVX-512 kernel builds.
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cc/splitkv/backend.h"
 #include "cc/splitkv/cpu/attention_kernels.h"
 #include "cc/splitkv/cpu/thread_pool.h"
+#include "cc/splitkv/errors.h"
 
 namespace splitkv::cpu {
-namespace {
 
-bool HasAvx2Fma() {
+Isa BestSupportedIsa() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
+  static const Isa best = [] {
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+      return Isa::kAvx512;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+      return Isa::kAvx2;
+    }
+    return Isa::kBaseline;
+  }();
+  return best;
 #else
-  return false;
+  return Isa::kBaseline;
 #endif
 }
 
-}  // namespace
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kBaseline: return "baseline";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa ActiveIsa() {
+  const Isa best = BestSupportedIsa();
+  const char* env = std::getenv("SPLITKV_CPU_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  const std::string name(env);
+  for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
+    if (name == IsaName(isa)) return isa <= best ? isa : best;
+  }
+  throw InvalidArgument("splitkv cpu: SPLITKV_CPU_ISA invalid: expected baseline, avx2 or avx512 (or unset), got '" +
+                        name + "'");
+}
 
 BackendTraits Traits(int64_t group_size, int64_t head_dim) {
   BackendTraits traits;
@@ -31,13 +63,19 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim) {
 }
 
 void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan) {
-  if (HasAvx2Fma()) return avx2::PagedAttentionKernels(params, plan);
-  baseline::PagedAttentionKernels(params, plan);
+  switch (ActiveIsa()) {
+    case Isa::kAvx512: return avx512::PagedAttentionKernels(params, plan);
+    case Isa::kAvx2: return avx2::PagedAttentionKernels(params, plan);
+    case Isa::kBaseline: return baseline::PagedAttentionKernels(params, plan);
+  }
 }
 
 void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan) {
-  if (HasAvx2Fma()) return avx2::RaggedAttentionKernels(params, plan);
-  baseline::RaggedAttentionKernels(params, plan);
+  switch (ActiveIsa()) {
+    case Isa::kAvx512: return avx512::RaggedAttentionKernels(params, plan);
+    case Isa::kAvx2: return avx2::RaggedAttentionKernels(params, plan);
+    case Isa::kBaseline: return baseline::RaggedAttentionKernels(params, plan);
+  }
 }
 
 }  // namespace splitkv::cpu

@@ -27,6 +27,25 @@ void PagedAttentionKernels(const PagedAttentionParams& params, const SplitPlan& 
 void RaggedAttentionKernels(const RaggedAttentionParams& params, const SplitPlan& plan);
 }  // namespace avx2
 
+inline namespace avx512 {
+void PagedAttentionKernels(const PagedAttentionParams& params, const SplitPlan& plan);
+void RaggedAttentionKernels(const RaggedAttentionParams& params, const SplitPlan& plan);
+}  // namespace avx512
+
+// The kernel builds, in order of preference.
+enum class Isa { kBaseline, kAvx2, kAvx512 };
+
+// The widest build this CPU runs.
+Isa BestSupportedIsa();
+
+// The build the launchers use: the best supported, or a narrower one named by the
+// environment variable SPLITKV_CPU_ISA (baseline, avx2, avx512), read at every call so a
+// test can run each build; one the CPU lacks falls back to the best supported. Throws
+// std::invalid_argument for any other value.
+Isa ActiveIsa();
+
+const char* IsaName(Isa isa);
+
 }  // namespace splitkv::cpu
 
 #endif  // SPLITKV_CPU_ATTENTION_KERNELS_H_

@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "cc/splitkv/cpu/attention_blocks.h"
 #include "cc/splitkv/cpu/dtype.h"
 #include "cc/splitkv/cpu/isa.h"
 #include "cc/splitkv/params.h"
@@ -168,6 +169,7 @@ inline void AccumulateRows(const float* p, const float* v, float* out, int64_t n
 struct TileScratch {
   std::vector<float> q, acc, keys, values, scores, row_max, row_sum;
   std::vector<int64_t> key_lo, key_hi;
+  std::vector<int64_t> row_lo, row_hi;  // visible keys of each row (block kernels)
 };
 
 // out_r += sum_j p_j v_j over row r's visible keys [key_lo, key_hi) of the block.
@@ -222,18 +224,47 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   // which lets a 4-row x 16-key block of scores stay in registers.
   const bool direct = rows <= 2 * kRowBlock && d % 8 == 0;
 
-  for (int64_t kb = keys.begin; kb < keys.end; kb += kKeyBlock) {
+  // The AVX-512 and AVX2 builds run vector block kernels where they apply
+  // (attention_blocks.h); the loop below is the baseline build's path, and the others' for
+  // head_dims that are not a multiple of their vector width.
+  bool done = false;
+#ifdef SPLITKV_CPU_HAS_BLOCK_KERNELS
+  s.row_lo.resize(rows);
+  s.row_hi.resize(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    s.row_lo[r] = visible[r / group].begin;
+    s.row_hi[r] = visible[r / group].end;
+  }
+  done = blocks::RunKeys<T>(kv, keys.begin, keys.end,
+                            blocks::RowState{s.q.data(), s.row_lo.data(), s.row_hi.data(), rows, d, sm_scale, cap,
+                                             s.acc.data(), s.row_max.data(), s.row_sum.data()});
+#endif
+  for (int64_t kb = done ? keys.end : keys.begin; kb < keys.end; kb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, keys.end - kb);
     const int64_t padded = (nb + kLanes - 1) / kLanes * kLanes;
     for (int64_t j = 0; j < nb; ++j) {
+      // Rows of the next block, asked for while this one computes: paged (or token-major)
+      // rows are not one stream the hardware prefetcher can follow.
+      if (kb + nb + j < keys.end) {
+        const char* next_key = reinterpret_cast<const char*>(kv.Key(kb + nb + j));
+        const char* next_value = reinterpret_cast<const char*>(kv.Value(kb + nb + j));
+        for (int64_t b = 0; b < d * static_cast<int64_t>(sizeof(T)); b += 64) {
+          __builtin_prefetch(next_key + b);
+          __builtin_prefetch(next_value + b);
+        }
+      }
+      // Through local pointers: under -fno-strict-aliasing a store through s.keys[...] may
+      // alias the vector's own pointer, which then reloads per element and stays scalar.
       const auto* key = kv.Key(kb + j);
+      float* const keys_f = s.keys.data();
       if (direct) {
-        for (int64_t e = 0; e < d; ++e) s.keys[j * d + e] = ToFloat(key[e]);
+        for (int64_t e = 0; e < d; ++e) keys_f[j * d + e] = ToFloat(key[e]);
       } else {
-        for (int64_t e = 0; e < d; ++e) s.keys[e * kKeyBlock + j] = ToFloat(key[e]);
+        for (int64_t e = 0; e < d; ++e) keys_f[e * kKeyBlock + j] = ToFloat(key[e]);
       }
       const auto* value = kv.Value(kb + j);
-      for (int64_t e = 0; e < d; ++e) s.values[j * d + e] = ToFloat(value[e]);
+      float* const values_f = s.values.data() + j * d;
+      for (int64_t e = 0; e < d; ++e) values_f[e] = ToFloat(value[e]);
     }
     int64_t r0 = 0;
     if (direct) {
