@@ -93,7 +93,10 @@ struct BulkDecodeInstance {
   }
 };
 
-// Bulk copies (cp.async.bulk) exist from compute capability 9.0 on; read once per device.
+// Bulk copies (cp.async.bulk) exist from compute capability 9.0 on, but the fatbin holds
+// machine code for sm_90a and sm_80 only: a newer major would need code built for it (a
+// PTX-only JIT of the sm_80 pass would trap in the bulk-copy wrappers), so exactly 9.
+// Read once per device.
 inline bool DeviceHasBulkCopy(const char* op) {
   static std::atomic<uint64_t> known{0}, has{0};
   int device = 0;
@@ -104,9 +107,9 @@ inline bool DeviceHasBulkCopy(const char* op) {
   }
   int major = 0;
   CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
-  if (major >= 9) has.fetch_or(bit, std::memory_order_acq_rel);
+  if (major == 9) has.fetch_or(bit, std::memory_order_acq_rel);
   known.fetch_or(bit, std::memory_order_acq_rel);
-  return major >= 9;
+  return major == 9;
 }
 
 template <typename T, int kHeadDim>

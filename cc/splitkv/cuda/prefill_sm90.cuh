@@ -421,6 +421,11 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
           seen ? row_max[i] * 0.6931471805599453f + logf(row_sum[i]) : SPLITKV_NEG_INF;
     }
   }
+#elif defined(__CUDA_ARCH__)
+  // A device pass without sm_90a's instructions (sm_80 here; the host launches this kernel
+  // only on compute capability 9.0, where the sm_90a image loads). Should a build ever carry
+  // only plain sm_90 code, a launch must fail loudly rather than leave out unwritten.
+  __trap();
 #endif  // SPLITKV_SM90_DEVICE
 }
 
