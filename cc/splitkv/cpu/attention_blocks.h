@@ -247,6 +247,38 @@ inline void ScoreBlockTBf16AllKeys(const uint32_t* qt2, int64_t rp, const uint32
   for (; j + kJB <= nb; j += kJB) ScoreBlockTBf16<C, kJB>(qt2, rp, kp + j, pairs, st + j * rp);
   for (; j < nb; ++j) ScoreBlockTBf16<C, 1>(qt2, rp, kp + j, pairs, st + j * rp);
 }
+
+// VDPBF16PS treats denormal inputs as 0 and flushes denormal results to 0, whatever MXCSR
+// says: a denormal q or k (its product with a large one can be a large logit) or a product
+// below 2^-126 would be lost, where the float32 path keeps it. Exponent fields (biased, 1..255)
+// of the smallest nonzero element: 0 when one is denormal, 255 when all are zero.
+inline int MinExponentBf16(const uint16_t* x, int64_t n) {
+  const __m512i magnitude_mask = _mm512_set1_epi16(0x7fff);
+  __m512i lowest = _mm512_set1_epi16(255);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i magnitude = _mm512_and_si512(_mm512_loadu_si512(x + i), magnitude_mask);
+    const __mmask32 zero = _mm512_cmpeq_epi16_mask(magnitude, _mm512_setzero_si512());
+    const __m512i exponent = _mm512_mask_mov_epi16(_mm512_srli_epi16(magnitude, 7), zero, _mm512_set1_epi16(255));
+    lowest = _mm512_min_epu16(lowest, exponent);
+  }
+  uint16_t lanes[32];
+  _mm512_storeu_si512(lanes, lowest);
+  int result = 255;
+  for (const uint16_t lane : lanes) result = std::min<int>(result, lane);
+  for (; i < n; ++i) {
+    const int magnitude = x[i] & 0x7fff;
+    if (magnitude != 0) result = std::min(result, magnitude >> 7);
+  }
+  return result;
+}
+
+// Whether products of elements with these smallest exponent fields stay exact in the BF16
+// dot product: no denormal input, and every nonzero product >= 2^-100, so that a flushed
+// partial sum (< 2^-126) is below the float32 path's own rounding of such products.
+inline bool Bf16DotExact(int q_min_exponent, int k_min_exponent) {
+  return q_min_exponent >= 1 && k_min_exponent >= 1 && q_min_exponent + k_min_exponent - 254 >= -100;
+}
 #endif  // __AVX512BF16__
 
 // ot[(e0 + ee) * rp + lanes] = ot * rescale + sum_j v_j[e0 + ee] pt[j * rp + lanes], for EB
@@ -375,8 +407,13 @@ void RunKeysDirect(const Kv& kv, int64_t key_begin, int64_t key_end, const RowSt
     for (int64_t r = 0; r < st.rows; ++r) {
       lo[r] = std::clamp(st.row_lo[r] - kb, int64_t{0}, nb);
       hi[r] = std::clamp(st.row_hi[r] - kb, int64_t{0}, nb);
-      live[r] = lo[r] < hi[r] && SoftmaxRowDirect(&s.st[r * kBlock], nb, lo[r], hi[r], st.sm_scale, st.cap,
-                                                  st.row_max[r], st.row_sum[r], st.acc + r * d, d);
+      // A row whose logits are all -inf so far still takes its weights (all 0) times the
+      // visible values: a non-finite value must reach it as in the generic path.
+      live[r] = lo[r] < hi[r];
+      if (live[r]) {
+        SoftmaxRowDirect(&s.st[r * kBlock], nb, lo[r], hi[r], st.sm_scale, st.cap, st.row_max[r], st.row_sum[r],
+                         st.acc + r * d, d);
+      }
     }
     // P.V: rows with the same visible keys share each value row's load; a row sums only its
     // own visible keys.
@@ -403,12 +440,19 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
   constexpr bool kBf16Dot = false;
 #endif
   const int64_t pairs = d / 2;
-  if constexpr (!kBf16Dot) {
+  // float32 Q^T, made on first use: bfloat16 tiles take it only for keys (or a q) the BF16
+  // dot product would not keep exact (Bf16DotExact).
+  bool qt_ready = false;
+  auto ensure_qt = [&] {
+    if (qt_ready) return;
     s.qt.assign(d * rp, 0.0f);
     for (int64_t r = 0; r < st.rows; ++r) {
       for (int64_t e = 0; e < d; ++e) s.qt[e * rp + r] = st.q[r * d + e];
     }
-  } else {
+    qt_ready = true;
+  };
+  [[maybe_unused]] int q_min_exponent = 0;  // of the tile's q, for Bf16DotExact
+  if constexpr (kBf16Dot) {
     // q came from bfloat16, so its float32 copy's upper halves are the original values.
     s.qt2.assign(pairs * rp, 0u);
     for (int64_t r = 0; r < st.rows; ++r) {
@@ -417,6 +461,9 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
             (FloatToBits(st.q[r * d + 2 * e2]) >> 16) | (FloatToBits(st.q[r * d + 2 * e2 + 1]) & 0xffff0000u);
       }
     }
+#ifdef __AVX512BF16__
+    q_min_exponent = MinExponentBf16(reinterpret_cast<const uint16_t*>(s.qt2.data()), 2 * pairs * rp);
+#endif
     s.keys2.resize(kBlock * pairs);
     s.kp2.resize(kBlock);
   }
@@ -449,17 +496,26 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
       vp_src[j] = kv.Value(kb + j);
     }
     const float* const* kp = nullptr;
+    bool bf16_dot = false;  // this block's scores from the BF16 dot product
+#ifdef __AVX512BF16__
     if constexpr (kBf16Dot) {
-      // Copied as they are into one block (rows of the source share L1 sets, see RowsAsFloat).
-      for (int64_t j = 0; j < nb; ++j) {
-        uint32_t* dst = &s.keys2[j * pairs];
-        const auto* src = reinterpret_cast<const uint32_t*>(kp_src[j]);
-        int64_t e2 = 0;
-        for (; e2 + 16 <= pairs; e2 += 16) _mm512_storeu_si512(dst + e2, _mm512_loadu_si512(src + e2));
-        for (; e2 < pairs; ++e2) dst[e2] = src[e2];
-        s.kp2[j] = dst;
+      if (q_min_exponent >= 1) {
+        // Copied as they are into one block (rows of the source share L1 sets, see RowsAsFloat).
+        for (int64_t j = 0; j < nb; ++j) {
+          uint32_t* dst = &s.keys2[j * pairs];
+          const auto* src = reinterpret_cast<const uint32_t*>(kp_src[j]);
+          int64_t e2 = 0;
+          for (; e2 + 16 <= pairs; e2 += 16) _mm512_storeu_si512(dst + e2, _mm512_loadu_si512(src + e2));
+          for (; e2 < pairs; ++e2) dst[e2] = src[e2];
+          s.kp2[j] = dst;
+        }
+        const int k_min_exponent = MinExponentBf16(reinterpret_cast<const uint16_t*>(s.keys2.data()), nb * d);
+        bf16_dot = Bf16DotExact(q_min_exponent, k_min_exponent);
       }
-    } else {
+    }
+#endif
+    if (!bf16_dot) {
+      ensure_qt();
       kp = RowsAsFloat(kp_src, nb, d, s.keys, s.kp);
     }
     // Rows of a token-major K/V sit far apart, out of the hardware prefetcher's reach: ask
@@ -480,7 +536,7 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
     ForChunkGroups(chunks, [&](int64_t c0, auto c_count) {
       constexpr int kC = decltype(c_count)::value;
 #ifdef __AVX512BF16__
-      if constexpr (kBf16Dot) {
+      if (bf16_dot) {
         ScoreBlockTBf16AllKeys<kC>(s.qt2.data() + kL * c0, rp, s.kp2.data(), nb, pairs, s.st.data() + kL * c0);
         return;
       }

@@ -351,10 +351,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       for (int64_t g = 0; g < group; ++g) {
         const int64_t r = t * group + g;
         const float sum = s.row_sum[r];
-        if (sum != 0.0f) {  // 0: no key; NaN: a non-finite input, passed on
+        if (sum != 0.0f) {  // 0: no finite logit; NaN: a non-finite input, passed on
           write_output(t, g, &s.acc[r * d], 1.0f / sum, s.row_max[r] + std::log(sum));
         } else {
-          write_output(t, g, nullptr, 0.0f, kNegInf);
+          // No key, or only -inf logits: acc holds 0 weights times the visible values,
+          // so a non-finite value there still reaches the row (0 * inf is NaN), as in
+          // the reference; otherwise 0.
+          write_output(t, g, &s.acc[r * d], 0.0f, kNegInf);
         }
       }
     }
@@ -391,19 +394,20 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
         const SoftmaxStat st = stats[PartialIndex(shape, sp, token, head)];
         if (st.sum_exp != 0.0f) global_max = NanMax(global_max, st.max);
       }
-      if (global_max == kNegInf) {
-        write_output(t, g, nullptr, 0.0f, kNegInf);
-        continue;
-      }
       float total = 0.0f;
       std::fill(merged.begin(), merged.end(), 0.0f);
       for (int64_t sp = 0; sp < num_splits; ++sp) {
         const int64_t index = PartialIndex(shape, sp, token, head);
         const SoftmaxStat st = stats[index];
-        if (st.sum_exp == 0.0f) continue;
-        const float weight = st.sum_exp * std::exp(st.max - global_max);
+        // A split without a finite logit still merges with weight 0: its partial is 0, or
+        // NaN where a visible value was not finite, which must not depend on num_splits.
+        const float weight = st.sum_exp != 0.0f ? st.sum_exp * std::exp(st.max - global_max) : 0.0f;
         total += weight;
         for (int64_t e = 0; e < d; ++e) merged[e] += weight * partials[index * d + e];
+      }
+      if (global_max == kNegInf) {
+        write_output(t, g, merged.data(), 0.0f, kNegInf);
+        continue;
       }
       write_output(t, g, merged.data(), 1.0f / total, global_max + std::log(total));
     }
