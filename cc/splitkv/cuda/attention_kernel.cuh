@@ -131,6 +131,56 @@ __device__ __forceinline__ void VisibleKeys(const AttentionKernelParams& p, int 
   if (hi < lo) hi = lo;
 }
 
+// The query tokens of this CTA's tile. blockIdx.x walks (request, kv head, q tile) with q
+// tiles last-first: under causal masking the last tiles see the most keys, and starting them
+// first shortens the tail. The counter index (TileCounterIndex) uses the same coordinates.
+struct TileQueries {
+  int request, kv_head, q_tile;
+  int q_begin, q_len;     // the request's query tokens in q
+  int first, num_tokens;  // the tile's, relative to q_begin
+};
+
+// False when the tile lies past its request's queries: no work and no counter (the exit is
+// the same for every split of the tile).
+__device__ __forceinline__ bool TileQueriesOf(const AttentionKernelParams& p, TileQueries& t) {
+  const int tile = blockIdx.x;
+  t.q_tile = p.max_q_tiles - 1 - tile % p.max_q_tiles;
+  t.kv_head = tile / p.max_q_tiles % p.num_kv_heads;
+  t.request = tile / p.max_q_tiles / p.num_kv_heads;
+  t.q_begin = t.request;
+  t.q_len = 1;
+  if (p.cu_seqlens_q != nullptr) {
+    t.q_begin = __ldg(p.cu_seqlens_q + t.request);
+    t.q_len = __ldg(p.cu_seqlens_q + t.request + 1) - t.q_begin;
+  }
+  t.first = t.q_tile * p.q_tile_tokens;
+  if (t.first >= t.q_len) return false;
+  t.num_tokens = min(p.q_tile_tokens, t.q_len - t.first);
+  return true;
+}
+
+// This split's keys: the union of the tile's rows' visible ranges, cut into the share of
+// split blockIdx.y, in blocks of block_keys.
+struct SplitKeys {
+  int begin, end, num_blocks;
+};
+
+__device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p, const TileQueries& t, int kv_len,
+                                                 int block_keys) {
+  int tile_lo = kv_len, tile_hi = 0;
+  for (int i = 0; i < t.num_tokens; ++i) {
+    int lo, hi;
+    VisibleKeys(p, t.q_len, kv_len, t.first + i, lo, hi);
+    if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
+  }
+  const KeyRange range = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, static_cast<int>(blockIdx.y), block_keys);
+  SplitKeys keys;
+  keys.begin = static_cast<int>(range.begin);
+  keys.end = static_cast<int>(range.end);
+  keys.num_blocks = keys.end > keys.begin ? (keys.end - keys.begin + block_keys - 1) / block_keys : 0;
+  return keys;
+}
+
 template <typename T, class Shape, template <typename> class KvSourceT>
 __global__ void __launch_bounds__(kThreads)
     AttentionKernel(const AttentionKernelParams p, const typename KvSourceT<T>::Params kv_params) {
@@ -140,36 +190,15 @@ __global__ void __launch_bounds__(kThreads)
   T* const s_q = reinterpret_cast<T*>(smem);
   T* const s_kv = s_q + S::kQElems;  // stage st: K at 2 * st * kKvElems, V right after
 
-  // blockIdx.x walks (request, kv head, q tile) with q tiles last-first: under causal masking
-  // the last tiles see the most keys, and starting them first shortens the tail.
-  const int tile = blockIdx.x;
+  TileQueries tq;
+  if (!TileQueriesOf(p, tq)) return;
   const int split_idx = blockIdx.y;
-  const int q_tile = p.max_q_tiles - 1 - tile % p.max_q_tiles;
-  const int kv_head = tile / p.max_q_tiles % p.num_kv_heads;
-  const int request = tile / p.max_q_tiles / p.num_kv_heads;
-
-  int q_begin = request, q_len = 1;
-  if (p.cu_seqlens_q != nullptr) {
-    q_begin = __ldg(p.cu_seqlens_q + request);
-    q_len = __ldg(p.cu_seqlens_q + request + 1) - q_begin;
-  }
-  const int first = q_tile * p.q_tile_tokens;
-  if (first >= q_len) return;  // past this request's queries: no work, no counter (uniform exit)
-  const int num_tokens = min(p.q_tile_tokens, q_len - first);
+  const int q_tile = tq.q_tile, kv_head = tq.kv_head, request = tq.request;
+  const int q_begin = tq.q_begin, q_len = tq.q_len, first = tq.first, num_tokens = tq.num_tokens;
   const KvSourceT<T> kv(kv_params, request, kv_head);
   const int kv_len = kv.kv_len;
-
-  // The tile's keys: the union of its rows' visible ranges, cut into this split's share.
-  int tile_lo = kv_len, tile_hi = 0;
-  for (int t = 0; t < num_tokens; ++t) {
-    int lo, hi;
-    VisibleKeys(p, q_len, kv_len, first + t, lo, hi);
-    if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
-  }
-  const KeyRange split_keys = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, split_idx, S::kBlockN);
-  const int key_begin = static_cast<int>(split_keys.begin);
-  const int key_end = static_cast<int>(split_keys.end);
-  const int num_blocks = key_end > key_begin ? (key_end - key_begin + S::kBlockN - 1) / S::kBlockN : 0;
+  const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN);
+  const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;

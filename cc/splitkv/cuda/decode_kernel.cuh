@@ -68,33 +68,15 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   T* const s_q = reinterpret_cast<T*>(smem);
   T* const s_kv = s_q + S::kQElems;  // stage st: K at 2 * st * kKvElems, V right after
 
-  const int tile = blockIdx.x;
+  TileQueries tq;
+  if (!TileQueriesOf(p, tq)) return;
   const int split_idx = blockIdx.y;
-  const int q_tile = p.max_q_tiles - 1 - tile % p.max_q_tiles;
-  const int kv_head = tile / p.max_q_tiles % p.num_kv_heads;
-  const int request = tile / p.max_q_tiles / p.num_kv_heads;
-
-  int q_begin = request, q_len = 1;
-  if (p.cu_seqlens_q != nullptr) {
-    q_begin = __ldg(p.cu_seqlens_q + request);
-    q_len = __ldg(p.cu_seqlens_q + request + 1) - q_begin;
-  }
-  const int first = q_tile * p.q_tile_tokens;
-  if (first >= q_len) return;  // past this request's queries: no work, no counter (uniform exit)
-  const int num_tokens = min(p.q_tile_tokens, q_len - first);
+  const int q_tile = tq.q_tile, kv_head = tq.kv_head, request = tq.request;
+  const int q_begin = tq.q_begin, q_len = tq.q_len, first = tq.first, num_tokens = tq.num_tokens;
   const PagedKvSource<T> kv(kv_params, request, kv_head);
   const int kv_len = kv.kv_len;
-
-  int tile_lo = kv_len, tile_hi = 0;
-  for (int t = 0; t < num_tokens; ++t) {
-    int lo, hi;
-    VisibleKeys(p, q_len, kv_len, first + t, lo, hi);
-    if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
-  }
-  const KeyRange split_keys = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, split_idx, S::kBlockN);
-  const int key_begin = static_cast<int>(split_keys.begin);
-  const int key_end = static_cast<int>(split_keys.end);
-  const int num_blocks = key_end > key_begin ? (key_end - key_begin + S::kBlockN - 1) / S::kBlockN : 0;
+  const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN);
+  const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int token_begin = q_begin + first;
