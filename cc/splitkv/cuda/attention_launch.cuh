@@ -20,13 +20,12 @@ using DecodeShape = KernelShape<kHeadDim, 1, DecodeBlockKeys(kHeadDim), DecodeSt
 template <int kHeadDim>
 using PrefillShape = KernelShape<kHeadDim, 4, PrefillBlockKeys(kHeadDim), 2>;
 
-// One kernel instance. Kernels above 48 KiB of dynamic shared memory must opt in, per
-// device; the attribute call is not a stream operation (safe during graph capture) and runs
-// once per device and instance.
-template <typename T, class Shape, template <typename> class KvSourceT>
-struct KernelInstance {
-  static constexpr auto kKernel = AttentionKernel<T, Shape, KvSourceT>;
-
+// One kernel instance (a CTA of kThreads, a grid of tiles x splits, kSmemBytes of dynamic
+// shared memory). Kernels above 48 KiB of dynamic shared memory must opt in, per device; the
+// attribute call is not a stream operation (safe during graph capture) and runs once per
+// device and instance.
+template <auto kKernel, size_t kSmemBytes>
+struct KernelLaunch {
   static void EnsureSharedMemory(const char* op) {
     static std::atomic<uint64_t> done_devices{0};
     int device = 0;
@@ -34,89 +33,46 @@ struct KernelInstance {
     const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
     if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
     CheckCuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(Shape::kSmemBytes)),
+                                   static_cast<int>(kSmemBytes)),
               op);
     done_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
 
-  static void Launch(const AttentionKernelParams& params, const typename KvSourceT<T>::Params& kv, int64_t num_tiles,
-                     cudaStream_t stream, const char* op) {
+  template <class KvParams>
+  static void Launch(const AttentionKernelParams& params, const KvParams& kv, int64_t num_tiles, cudaStream_t stream,
+                     const char* op) {
     EnsureSharedMemory(op);
     const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.num_splits));
-    kKernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(params, kv);
+    kKernel<<<grid, kThreads, kSmemBytes, stream>>>(params, kv);
     CheckCuda(cudaGetLastError(), op);
   }
 
   static int ResidentCtasPerSm(const char* op) {
     EnsureSharedMemory(op);
     int ctas = 0;
-    CheckCuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, kThreads, Shape::kSmemBytes), op);
+    CheckCuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, kThreads, kSmemBytes), op);
     return ctas;
   }
 };
+
+// The mma.sync kernel (attention_kernel.cuh), any GPU.
+template <typename T, class Shape, template <typename> class KvSourceT>
+using KernelInstance = KernelLaunch<AttentionKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
 
 template <int kHeadDim>
 using BulkDecodeShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeStages(kHeadDim)>;
 template <int kHeadDim>
 using BulkDecodeSplitShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeSplitStages(kHeadDim)>;
 
-// The bulk-copy decode kernel (decode_kernel.cuh): same launch shape as KernelInstance.
+// The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape>
-struct BulkDecodeInstance {
-  static constexpr auto kKernel = BulkDecodeKernel<T, Shape>;
-
-  static void EnsureSharedMemory(const char* op) {
-    static std::atomic<uint64_t> done_devices{0};
-    int device = 0;
-    CheckCuda(cudaGetDevice(&device), op);
-    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-    if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
-    CheckCuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(Shape::kSmemBytes)),
-              op);
-    done_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
-
-  static void Launch(const AttentionKernelParams& params, const PagedKvParams& kv, int64_t num_tiles,
-                     cudaStream_t stream, const char* op) {
-    EnsureSharedMemory(op);
-    const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.num_splits));
-    kKernel<<<grid, kThreads, Shape::kSmemBytes, stream>>>(params, kv);
-    CheckCuda(cudaGetLastError(), op);
-  }
-
-  static int ResidentCtasPerSm(const char* op) {
-    EnsureSharedMemory(op);
-    int ctas = 0;
-    CheckCuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, kThreads, Shape::kSmemBytes), op);
-    return ctas;
-  }
-};
-
-// Bulk copies (cp.async.bulk) exist from compute capability 9.0 on, but the fatbin holds
-// machine code for sm_90a and sm_80 only: a newer major would need code built for it (a
-// PTX-only JIT of the sm_80 pass would trap in the bulk-copy wrappers), so exactly 9.
-// Read once per device.
-inline bool DeviceHasBulkCopy(const char* op) {
-  static std::atomic<uint64_t> known{0}, has{0};
-  int device = 0;
-  CheckCuda(cudaGetDevice(&device), op);
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (known.load(std::memory_order_acquire) & bit) != 0) {
-    return (has.load(std::memory_order_acquire) & bit) != 0;
-  }
-  int major = 0;
-  CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
-  if (major == 9) has.fetch_or(bit, std::memory_order_acq_rel);
-  known.fetch_or(bit, std::memory_order_acq_rel);
-  return major == 9;
-}
+using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape>, Shape::kSmemBytes>;
 
 template <typename T, int kHeadDim>
 void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv, int64_t num_tiles,
                       cudaStream_t stream, const char* op) {
   if (kind == TileKind::kDecode) {
-    if (params.kv_vec && DeviceHasBulkCopy(op)) {
+    if (params.kv_vec && DeviceRunsSm90a(op)) {
       // Split grids have short CTAs: 2 stages fit a third on each SM (tile_config.h).
       if (params.num_splits > 1) {
         return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<kHeadDim>>::Launch(params, kv, num_tiles, stream, op);
@@ -155,7 +111,7 @@ int ResidentCtasPerSm(TileKind kind, const char* op) {
     // Workers for the planner: the kernel a split grid of an aligned cache runs (strided
     // caches, rare, run the cp.async kernel with these workers). The planner splits only
     // grids short of 80 % of these; an unsplit grid runs 3 stages (fewer CTAs an SM).
-    if (DeviceHasBulkCopy(op)) {
+    if (DeviceRunsSm90a(op)) {
       return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim>>::ResidentCtasPerSm(op);
     }
     return KernelInstance<__nv_bfloat16, DecodeShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);

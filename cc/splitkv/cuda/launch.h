@@ -16,6 +16,11 @@ namespace splitkv::cuda {
 // Throws CudaError("<op>: <cudaGetErrorString>") unless err is cudaSuccess.
 void CheckCuda(cudaError_t err, const char* op);
 
+// Whether the current device runs the fatbin's sm_90a code (bulk copies, TMA, wgmma): compute
+// capability exactly 9.0, since arch-specific sm_90a code loads on no other device and the
+// other image is sm_80's. Read once per device.
+bool DeviceRunsSm90a(const char* op);
+
 // Enqueues one launch of num_tiles x num_splits CTAs (kind: decode or prefill tiles).
 template <int kHeadDim>
 void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,

@@ -36,23 +36,6 @@ EncodeTiledFn EncodeTiled() {
   return fn;
 }
 
-// Whether the current device runs the sm_90a code (compute capability exactly 9.0).
-bool CurrentDeviceIsSm90(const char* op) {
-  static std::mutex mutex;
-  static std::vector<int> known;  // per device: 0 unknown, 1 yes, 2 no
-  int device = 0;
-  CheckCuda(cudaGetDevice(&device), op);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<int>(known.size()) <= device) known.resize(device + 1, 0);
-  if (known[device] == 0) {
-    int major = 0, minor = 0;
-    CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
-    CheckCuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
-    known[device] = major == 9 && minor == 0 ? 1 : 2;
-  }
-  return known[device] == 1;
-}
-
 bool Disabled() {
   const char* v = std::getenv("SPLITKV_DISABLE_SM90");
   return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
@@ -99,6 +82,22 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
 
 }  // namespace
 
+bool DeviceRunsSm90a(const char* op) {
+  static std::mutex mutex;
+  static std::vector<int> known;  // per device: 0 unknown, 1 yes, 2 no
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), op);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<int>(known.size()) <= device) known.resize(device + 1, 0);
+  if (known[device] == 0) {
+    int major = 0, minor = 0;
+    CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
+    CheckCuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
+    known[device] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return known[device] == 1;
+}
+
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op) {
   if ((p.head_dim != 64 && p.head_dim != 128) || plan.num_splits != 1) return false;
@@ -109,7 +108,7 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
   if (group < 1 || group > kRows || kRows % group != 0) return false;
   // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
   if (!k.q_vec || !k.kv_vec || p.total_kv < 1 || p.total_q < 1) return false;
-  if (Disabled() || !CurrentDeviceIsSm90(op)) return false;
+  if (Disabled() || !DeviceRunsSm90a(op)) return false;
 
   const int64_t tile_tokens = kRows / group;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
