@@ -15,6 +15,7 @@
 
 #include "cc/splitkv/cpu/attention_blocks.h"
 #include "cc/splitkv/cpu/dtype.h"
+#include "cc/splitkv/cpu/exp_poly.h"
 #include "cc/splitkv/cpu/isa.h"
 #include "cc/splitkv/params.h"
 #include "cc/splitkv/split_plan.h"
@@ -66,23 +67,22 @@ inline KeyRange VisibleKeys(const AttentionOptions& options, int64_t q_len, int6
   return {lo, std::max<int64_t>(lo, hi)};
 }
 
-// exp(x) for x <= 0, NaN passing through; branch-free so loops over it vectorise. Range
-// reduction x = n ln2 + r and the degree-6 polynomial for exp(r) on [-ln2/2, ln2/2] are the
-// classic Cephes expf scheme (relative error about 1e-7); below -87 the result is 0.
+// exp(x) for x <= 0, NaN passing through; branch-free so loops over it vectorise. The
+// scheme and its constants: exp_poly.h. Below kExpLowest the result is 0.
 inline float ExpNonPositive(float x) {
-  const float clamped = x < -87.0f ? -87.0f : x;  // a NaN fails the comparison and stays NaN
-  const float rounder = 12582912.0f;              // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (clamped * 1.44269504088896341f + rounder) - rounder;
-  const float r = (clamped - n * 0.693359375f) + n * 2.12194440e-4f;
-  float poly = 1.9875691500e-4f;
-  poly = poly * r + 1.3981999507e-3f;
-  poly = poly * r + 8.3334519073e-3f;
-  poly = poly * r + 4.1665795894e-2f;
-  poly = poly * r + 1.6666665459e-1f;
-  poly = poly * r + 5.0000001201e-1f;
+  const float clamped = x < kExpLowest ? kExpLowest : x;  // a NaN fails the comparison and stays NaN
+  const float rounder = 12582912.0f;                      // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (clamped * kLog2e + rounder) - rounder;
+  const float r = (clamped - n * kLn2High) + n * kLn2Low;
+  float poly = kExpPoly[0];
+  poly = poly * r + kExpPoly[1];
+  poly = poly * r + kExpPoly[2];
+  poly = poly * r + kExpPoly[3];
+  poly = poly * r + kExpPoly[4];
+  poly = poly * r + kExpPoly[5];
   poly = poly * r * r + r + 1.0f;
   const float scale = BitsToFloat(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
-  return x < -87.0f ? 0.0f : poly * scale;
+  return x < kExpLowest ? 0.0f : poly * scale;
 }
 
 // max(a, b) that keeps a NaN from either side (std::max drops a NaN second operand): a NaN

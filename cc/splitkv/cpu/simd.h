@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "cc/splitkv/cpu/dtype.h"
+#include "cc/splitkv/cpu/exp_poly.h"
 #include "cc/splitkv/cpu/isa.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
@@ -58,25 +59,15 @@ struct Simd {
   static V NanMax(V a, V b) {
     return _mm512_mask_add_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), a, b);
   }
-  // ExpNonPositive (attention_tile.h) per lane: same reduction and polynomial; scalef
-  // applies 2^n. A NaN passes through; below -87 (and -inf) gives 0.
+  // ExpNonPositive (attention_tile.h) per lane: the same reduction and polynomial
+  // (exp_poly.h); scalef applies 2^n. A NaN passes through; below -87 (and -inf) gives 0.
   static V Exp(V x) {
-    const V clamped = _mm512_max_ps(Set1(-87.0f), x);  // returns x when either is NaN
-    const V n = _mm512_roundscale_ps(Mul(clamped, Set1(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const V r = Fma(n, Set1(2.12194440e-4f), _mm512_fnmadd_ps(n, Set1(0.693359375f), clamped));
-    const V poly = Poly(r);
-    const M underflow = _mm512_cmp_ps_mask(x, Set1(-87.0f), _CMP_LT_OQ);
+    const V clamped = _mm512_max_ps(Set1(kExpLowest), x);  // returns x when either is NaN
+    const V n = _mm512_roundscale_ps(Mul(clamped, Set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V r = Fma(n, Set1(kLn2Low), _mm512_fnmadd_ps(n, Set1(kLn2High), clamped));
+    const V poly = ExpPolynomial<Simd>(r);
+    const M underflow = _mm512_cmp_ps_mask(x, Set1(kExpLowest), _CMP_LT_OQ);
     return _mm512_maskz_mov_ps(static_cast<M>(~underflow), _mm512_scalef_ps(poly, n));
-  }
-  static V Poly(V r) {
-    V poly = Set1(1.9875691500e-4f);
-    poly = Fma(poly, r, Set1(1.3981999507e-3f));
-    poly = Fma(poly, r, Set1(8.3334519073e-3f));
-    poly = Fma(poly, r, Set1(4.1665795894e-2f));
-    poly = Fma(poly, r, Set1(1.6666665459e-1f));
-    poly = Fma(poly, r, Set1(5.0000001201e-1f));
-    return Fma(poly, Mul(r, r), Add(r, Set1(1.0f)));
   }
 
   // Lanes j0 + [0, kLanes) that fall in [lo, hi).
@@ -154,19 +145,13 @@ struct Simd {
     return _mm256_blendv_ps(_mm256_max_ps(a, b), Add(a, b), _mm256_cmp_ps(a, b, _CMP_UNORD_Q));
   }
   static V Exp(V x) {
-    const V clamped = _mm256_max_ps(Set1(-87.0f), x);  // returns x when either is NaN
-    const V n = _mm256_round_ps(Mul(clamped, Set1(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const V r = Fma(n, Set1(2.12194440e-4f), _mm256_fnmadd_ps(n, Set1(0.693359375f), clamped));
-    V poly = Set1(1.9875691500e-4f);
-    poly = Fma(poly, r, Set1(1.3981999507e-3f));
-    poly = Fma(poly, r, Set1(8.3334519073e-3f));
-    poly = Fma(poly, r, Set1(4.1665795894e-2f));
-    poly = Fma(poly, r, Set1(1.6666665459e-1f));
-    poly = Fma(poly, r, Set1(5.0000001201e-1f));
-    poly = Fma(poly, Mul(r, r), Add(r, Set1(1.0f)));
+    const V clamped = _mm256_max_ps(Set1(kExpLowest), x);  // returns x when either is NaN
+    const V n = _mm256_round_ps(Mul(clamped, Set1(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const V r = Fma(n, Set1(kLn2Low), _mm256_fnmadd_ps(n, Set1(kLn2High), clamped));
+    const V poly = ExpPolynomial<Simd>(r);
     // 2^n by the exponent field: n >= -126 after the clamp, so the scale stays normal.
     const V scale = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
-    const V underflow = _mm256_cmp_ps(x, Set1(-87.0f), _CMP_LT_OQ);
+    const V underflow = _mm256_cmp_ps(x, Set1(kExpLowest), _CMP_LT_OQ);
     return _mm256_andnot_ps(underflow, Mul(poly, scale));
   }
 
