@@ -38,12 +38,12 @@ struct KernelLaunch {
     done_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
 
-  template <class KvParams>
+  template <class KvParams, class... More>
   static void Launch(const AttentionKernelParams& params, const KvParams& kv, int64_t num_tiles, cudaStream_t stream,
-                     const char* op) {
+                     const char* op, const More&... more) {
     EnsureSharedMemory(op);
     const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.num_splits));
-    kKernel<<<grid, kThreads, kSmemBytes, stream>>>(params, kv);
+    kKernel<<<grid, kThreads, kSmemBytes, stream>>>(params, kv, more...);
     CheckCuda(cudaGetLastError(), op);
   }
 
@@ -59,25 +59,36 @@ struct KernelLaunch {
 template <typename T, class Shape, template <typename> class KvSourceT>
 using KernelInstance = KernelLaunch<AttentionKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
 
-template <int kHeadDim>
-using BulkDecodeShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeStages(kHeadDim)>;
-template <int kHeadDim>
-using BulkDecodeSplitShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeSplitStages(kHeadDim)>;
+template <int kHeadDim, bool kPageTma>
+using BulkDecodeShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeStages(kHeadDim), kPageTma>;
+template <int kHeadDim, bool kPageTma>
+using BulkDecodeSplitShapeFor =
+    BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeSplitStages(kHeadDim), kPageTma>;
 
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape>
 using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape>, Shape::kSmemBytes>;
 
+template <typename T, int kHeadDim, bool kPageTma>
+void LaunchBulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
+                      int64_t num_tiles, cudaStream_t stream, const char* op) {
+  // Split grids have short CTAs: 2 stages fit a third on each SM (tile_config.h).
+  if (params.num_splits > 1) {
+    return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<kHeadDim, kPageTma>>::Launch(params, kv, num_tiles, stream,
+                                                                                       op, maps);
+  }
+  BulkDecodeInstance<T, BulkDecodeShapeFor<kHeadDim, kPageTma>>::Launch(params, kv, num_tiles, stream, op, maps);
+}
+
 template <typename T, int kHeadDim>
-void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv, int64_t num_tiles,
-                      cudaStream_t stream, const char* op) {
+void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
+                      const PagedKvMaps& maps, int64_t num_tiles, cudaStream_t stream, const char* op) {
   if (kind == TileKind::kDecode) {
     if (params.kv_vec && DeviceRunsSm90a(op)) {
-      // Split grids have short CTAs: 2 stages fit a third on each SM (tile_config.h).
-      if (params.num_splits > 1) {
-        return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<kHeadDim>>::Launch(params, kv, num_tiles, stream, op);
+      if constexpr (kHeadDim % 64 == 0 && kHeadDim <= 128) {
+        if (maps.box_rows > 0) return LaunchBulkDecode<T, kHeadDim, true>(params, kv, maps, num_tiles, stream, op);
       }
-      return BulkDecodeInstance<T, BulkDecodeShapeFor<kHeadDim>>::Launch(params, kv, num_tiles, stream, op);
+      return LaunchBulkDecode<T, kHeadDim, false>(params, kv, maps, num_tiles, stream, op);
     }
     KernelInstance<T, DecodeShape<kHeadDim>, PagedKvSource>::Launch(params, kv, num_tiles, stream, op);
   } else {
@@ -87,11 +98,11 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
 
 template <int kHeadDim>
 void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
-                 int64_t num_tiles, cudaStream_t stream, const char* op) {
+                 const PagedKvMaps& maps, int64_t num_tiles, cudaStream_t stream, const char* op) {
   if (dtype == DType::kBFloat16) {
-    LaunchPagedTyped<__nv_bfloat16, kHeadDim>(kind, params, kv, num_tiles, stream, op);
+    LaunchPagedTyped<__nv_bfloat16, kHeadDim>(kind, params, kv, maps, num_tiles, stream, op);
   } else {
-    LaunchPagedTyped<__half, kHeadDim>(kind, params, kv, num_tiles, stream, op);
+    LaunchPagedTyped<__half, kHeadDim>(kind, params, kv, maps, num_tiles, stream, op);
   }
 }
 
@@ -112,7 +123,7 @@ int ResidentCtasPerSm(TileKind kind, const char* op) {
     // caches, rare, run the cp.async kernel with these workers). The planner splits only
     // grids short of 80 % of these; an unsplit grid runs 3 stages (fewer CTAs an SM).
     if (DeviceRunsSm90a(op)) {
-      return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim>>::ResidentCtasPerSm(op);
+      return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim, false>>::ResidentCtasPerSm(op);
     }
     return KernelInstance<__nv_bfloat16, DecodeShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);
   }
@@ -120,8 +131,8 @@ int ResidentCtasPerSm(TileKind kind, const char* op) {
 }
 
 #define SPLITKV_INSTANTIATE_HEAD_DIM(D)                                                                            \
-  template void LaunchPaged<D>(DType, TileKind, const AttentionKernelParams&, const PagedKvParams&, int64_t,       \
-                               cudaStream_t, const char*);                                                        \
+  template void LaunchPaged<D>(DType, TileKind, const AttentionKernelParams&, const PagedKvParams&,                \
+                               const PagedKvMaps&, int64_t, cudaStream_t, const char*);                           \
   template void LaunchRagged<D>(DType, const AttentionKernelParams&, const RaggedKvParams&, int64_t, cudaStream_t, \
                                 const char*);                                                                     \
   template int ResidentCtasPerSm<D>(TileKind, const char*);

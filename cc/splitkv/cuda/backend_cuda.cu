@@ -13,6 +13,7 @@
 #include "cc/splitkv/cuda/kernel_params.h"
 #include "cc/splitkv/cuda/launch.h"
 #include "cc/splitkv/cuda/prefill_sm90.h"
+#include "cc/splitkv/cuda/tensor_map.h"
 #include "cc/splitkv/cuda/tile_config.h"
 #include "cc/splitkv/errors.h"
 #include "cc/splitkv/workspace_layout.h"
@@ -172,11 +173,17 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   k.kv_vec = Aligned16(p.k_cache) && Aligned16(p.v_cache) &&
              AllMultiplesOf8({p.k_stride_page, p.k_stride_head, p.k_stride_slot, p.v_stride_page, p.v_stride_head,
                               p.v_stride_slot});
+  // Hopper decode tiles fetch page runs through tensor maps where they apply (tensor_map.h).
+  PagedKvMaps maps{};
+  maps.box_rows = 0;
+  if (tile.kind == TileKind::kDecode && k.kv_vec && DeviceRunsSm90a(kPagedOp)) {
+    maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
+  }
   auto stream = static_cast<cudaStream_t>(p.stream);
   switch (p.head_dim) {
-    case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, plan.num_tiles, stream, kPagedOp);
-    case 128: return LaunchPaged<128>(p.dtype, tile.kind, k, kv, plan.num_tiles, stream, kPagedOp);
-    case 256: return LaunchPaged<256>(p.dtype, tile.kind, k, kv, plan.num_tiles, stream, kPagedOp);
+    case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, stream, kPagedOp);
+    case 128: return LaunchPaged<128>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, stream, kPagedOp);
+    case 256: return LaunchPaged<256>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, stream, kPagedOp);
     default:
       throw UnsupportedError(std::string(kPagedOp) + ": head_dim not supported on cuda: expected 64, 128 or 256, got " +
                              std::to_string(p.head_dim));

@@ -5,10 +5,20 @@
 // each thread issued 16 cp.async per 64-key block, each with a page-table read and 64-bit
 // address arithmetic, and every block reloaded Q and rescaled the whole output accumulator.
 // Here:
-//  - one thread per key row (K or V) issues one bulk copy (cp.async.bulk, the copy engine)
-//    of the row into shared memory, completing on the stage's mbarrier; rows are padded by
-//    16 bytes, so ldmatrix's 8 row addresses fall in 8 different bank groups without a
-//    swizzle (a bulk copy cannot swizzle);
+//  - K/V blocks reach shared memory by the copy engine, completing on the stage's mbarrier,
+//    in one of two ways (kPageTma):
+//    * tensor copies: one copy per (page run of a block, K or V, 64-column half) through a
+//      tensor map of the cache (PagedKvMaps), 128-byte swizzled, so a 64-key block at
+//      page_size 16 is 16 copies of 2 KiB. The copies fetch whole page runs, so rows
+//      outside the split's keys (a page's tail past seq_len, anything, even NaN) arrive
+//      too: their logits are masked and each warp zeroes its V rows there (0 * NaN would
+//      be NaN in P V);
+//    * row copies (page_size < 8, or no tensor map): one thread per key row issues one
+//      cp.async.bulk of the row; rows are padded by 16 bytes, so ldmatrix's 8 row addresses
+//      fall in 8 different bank groups without a swizzle (a plain bulk copy cannot
+//      swizzle); rows past the split's keys are zero-filled instead of copied.
+//    Tensor copies cut the copy engine's requests 8x at page_size 16 (0-7 % faster on the
+//    H200, docs/perf_log.md);
 //  - Q's mma fragments stay in registers (head_dim <= 128);
 //  - the running max is raised only when a block's max exceeds it by more than 2^8 in
 //    probability, so most blocks skip rescaling the accumulator (the result is the same:
@@ -30,26 +40,35 @@
 
 namespace splitkv::cuda {
 
-template <int kHeadDim_, int kBlockN_, int kStages_>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_>
 struct BulkDecodeShape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  static constexpr bool kPageTma = kPageTma_;
+  static_assert(!kPageTma || kHeadDim % 64 == 0, "tensor copies move 64-column halves");
+  static constexpr int kHalves = kHeadDim / 64;
   static constexpr int kWarpsN = kThreads / 32;  // every warp takes a slice of each block
   static constexpr int kRows = kDecodeRows;
   static constexpr int kKeysPerWarp = kBlockN / kWarpsN;
   static_assert(kKeysPerWarp % 16 == 0, "a warp's keys must be whole k-steps of 16");
   static_assert(2 * kBlockN <= kThreads, "one thread issues at most one row copy per block");
   static constexpr int kRowElems = kHeadDim + 8;  // the pad moves each row by one bank group
+  // K/V rows: padded (row copies), or [half][row][64] with the 128-byte swizzle (tensor copies).
+  static constexpr int kKvRowElems = kPageTma ? kHeadDim : kRowElems;
   static constexpr int kDTiles = kHeadDim / 8;
   static constexpr int kKSteps = kHeadDim / 16;
   static constexpr int kSTiles = kKeysPerWarp / 8;
   static constexpr bool kQInRegisters = kHeadDim <= 128;  // 256 would need 64 more registers
   static constexpr int kQElems = kRows * kRowElems;
-  static constexpr int kKvElems = kBlockN * kRowElems;
+  static constexpr int kKvElems = kBlockN * kKvRowElems;
   static constexpr int kOStride = kHeadDim + 8;
-  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{2} * kStages * kKvElems) * 2;
-  static constexpr size_t kEpilogueBytes = (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4;
+  // The stages come first, at a base aligned to the swizzle's 1024-byte atom (the slack is
+  // allocated); Q follows them.
+  static constexpr size_t kAlign = kPageTma ? 1024 : 16;
+  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{2} * kStages * kKvElems) * 2 + kAlign;
+  static constexpr size_t kEpilogueBytes =
+      (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4 + kAlign;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
   // CTAs per SM the register budget is sized for (shared memory allows as many on sm_90).
   static constexpr int kMinBlocks = kSmemBytes <= 74 * 1024 ? 3 : kSmemBytes <= 110 * 1024 ? 2 : 1;
@@ -58,68 +77,116 @@ struct BulkDecodeShape {
 // A probability stays below 2^kLazyRescaleLog2 against a stale running max.
 inline constexpr float kLazyRescaleLog2 = 8.0f;
 
+// Element offset of (key row `row`, 8-element chunk `chunk`) in a K or V block; row7 is
+// row % 8 (the swizzle's XOR term, which callers know without a division).
+template <class S>
+__device__ __forceinline__ int KvOffset(int row, int chunk, int row7) {
+  if constexpr (S::kPageTma) {
+    return (chunk >> 3) * (S::kBlockN * 64) + row * 64 + (((chunk & 7) ^ row7) << 3);
+  } else {
+    return row * S::kRowElems + chunk * 8;
+  }
+}
+
 template <typename T, class S>
 __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
-    BulkDecodeKernel(const AttentionKernelParams p, const PagedKvParams kv_params) {
+    BulkDecodeKernel(const AttentionKernelParams p, const PagedKvParams kv_params,
+                     const __grid_constant__ PagedKvMaps maps) {
   constexpr int D = S::kHeadDim;
   constexpr int RS = S::kRowElems;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ uint64_t stage_full[S::kStages];
-  T* const s_q = reinterpret_cast<T*>(smem);
-  T* const s_kv = s_q + S::kQElems;  // stage st: K at 2 * st * kKvElems, V right after
+  unsigned char* const smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + S::kAlign - 1) & ~uintptr_t{S::kAlign - 1});
+  T* const s_kv = reinterpret_cast<T*>(smem);  // stage st: K at 2 * st * kKvElems, V right after
+  T* const s_q = s_kv + 2 * S::kStages * S::kKvElems;
 
+  // The barriers are set up (and the tensor maps fetched) while seq_lens is in flight: the
+  // CTA-wide barrier publishing them comes after that read is issued.
+  if (threadIdx.x == 0) {
+    if constexpr (S::kPageTma) PrefetchTensorMap(&maps.k), PrefetchTensorMap(&maps.v);
+#pragma unroll
+    for (int st = 0; st < S::kStages; ++st) MbarrierInit(&stage_full[st], 1);
+    FenceMbarrierInit();
+  }
   TileQueries tq;
   if (!TileQueriesOf(p, tq)) return;
   const int split_idx = blockIdx.y;
   const int q_tile = tq.q_tile, kv_head = tq.kv_head, request = tq.request;
   const int q_begin = tq.q_begin, q_len = tq.q_len, first = tq.first, num_tokens = tq.num_tokens;
+  // Tensor copies fetch whole boxes of box_rows slots, so blocks start on a box boundary
+  // (keys below key_begin are masked like the rest).
+  const int box_rows = S::kPageTma ? maps.box_rows : 1;
+  // Block `block` into stage `stage`. The page id a copying thread needs for block b is read
+  // one load earlier (during block b - 1's wait and math), so the copy is issued without
+  // waiting for the page table.
+  //  - tensor copies: copy c < boxes * 2 * kHalves fetches box c / (2 * kHalves) of the
+  //    block (box_rows slots of one page), K or V (c % 2), half (c / 2) % kHalves; boxes
+  //    wholly at or past key_end are not fetched (their page ids may be anything). Copy c
+  //    is issued by lane c / kWarpsN of warp c % kWarpsN, so every warp carries the same
+  //    issue work into the block's barrier.
+  //  - row copies: thread t copies key row t % kBlockN of K (t < kBlockN) or V. Rows at or
+  //    past key_end are zeros, so nothing outside the split's range (a page tail, a page past
+  //    seq_len) can reach a result.
+  const int boxes = S::kBlockN / box_rows;
+  const int copy = (threadIdx.x % 32) * S::kWarpsN + threadIdx.x / 32;
+  const int copy_row = S::kPageTma ? copy / (2 * S::kHalves) * box_rows : threadIdx.x % S::kBlockN;
+  const bool copy_v = S::kPageTma ? (copy & 1) != 0 : threadIdx.x >= S::kBlockN;
+  const int copy_half = S::kPageTma ? (copy >> 1) % S::kHalves : 0;
+  const bool copier = S::kPageTma ? copy < boxes * 2 * S::kHalves : threadIdx.x < 2 * S::kBlockN;
   const PagedKvSource<T> kv(kv_params, request, kv_head);
+  __syncthreads();
   const int kv_len = kv.kv_len;
   const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN);
-  const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;
+  const int key_begin = split_keys.begin, key_end = split_keys.end;
+  const int loop_begin = S::kPageTma ? key_begin & ~(box_rows - 1) : key_begin;
+  const int num_blocks = !S::kPageTma         ? split_keys.num_blocks
+                         : key_end > key_begin ? (key_end - loop_begin + S::kBlockN - 1) / S::kBlockN
+                                               : 0;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int token_begin = q_begin + first;
   const int tile_rows = num_tokens * p.group_size;  // <= kRows for decode tiles
   const float sm_scale = p.sm_scale, cap = p.logits_soft_cap;
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int st = 0; st < S::kStages; ++st) MbarrierInit(&stage_full[st], 1);
-    FenceMbarrierInit();
-  }
-  __syncthreads();
 
-  // Block `block` into stage `stage`: thread t copies key row t % kBlockN of K (t < kBlockN)
-  // or V. Rows at or past key_end are zeros, so nothing outside the split's range (a page
-  // tail, a page past seq_len) can reach a result.
-  // The page id a thread needs for block b is read one load earlier (during block b - 1's
-  // wait and math), so the copy is issued without waiting for the page table.
-  const int copy_row = threadIdx.x % S::kBlockN;
-  const bool copy_v = threadIdx.x >= S::kBlockN;
-  const bool copier = threadIdx.x < 2 * S::kBlockN;
   auto page_for = [&](int block) {
-    const int j = key_begin + block * S::kBlockN + copy_row;
+    const int j = loop_begin + block * S::kBlockN + copy_row;
     return copier && block < num_blocks && j < key_end ? kv.PageOf(j) : 0;
   };
   int next_page = page_for(0);
   auto load_kv = [&](int block, int stage) {
-    const int j0 = key_begin + block * S::kBlockN;
-    const int valid = min(S::kBlockN, key_end - j0);
+    const int j0 = loop_begin + block * S::kBlockN;
     const int page = next_page;
     next_page = page_for(block + 1);
-    if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[stage], valid * 2 * D * sizeof(T));
-    if (!copier) return;
-    T* dst = s_kv + (2 * stage + copy_v) * S::kKvElems + copy_row * RS;
-    if (copy_row < valid) {
-      const T* key;
-      const T* value;
-      kv.RowsInPage(page, j0 + copy_row, key, value);
-      BulkCopyToShared(dst, copy_v ? value : key, D * sizeof(T), &stage_full[stage]);
+    T* const stage_kv = s_kv + (2 * stage + copy_v) * S::kKvElems;
+    if constexpr (S::kPageTma) {
+      const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
+      if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[stage], fetched * 2 * S::kHalves * box_rows * 128);
+      if (!copier || j0 + copy_row >= key_end) return;
+      const int slot = (j0 + copy_row) & kv.slot_mask;
+      const CUtensorMap* map = copy_v ? &maps.v : &maps.k;
+      T* dst = stage_kv + copy_half * (S::kBlockN * 64) + copy_row * 64;
+      if (maps.slot_inner) {
+        TensorCopy4dToShared(dst, map, &stage_full[stage], copy_half * 64, slot, kv_head, page);
+      } else {
+        TensorCopy4dToShared(dst, map, &stage_full[stage], copy_half * 64, kv_head, slot, page);
+      }
     } else {
+      const int valid = min(S::kBlockN, key_end - j0);
+      if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[stage], valid * 2 * D * sizeof(T));
+      if (!copier) return;
+      T* dst = stage_kv + copy_row * RS;
+      if (copy_row < valid) {
+        const T* key;
+        const T* value;
+        kv.RowsInPage(page, j0 + copy_row, key, value);
+        BulkCopyToShared(dst, copy_v ? value : key, D * sizeof(T), &stage_full[stage]);
+      } else {
 #pragma unroll
-      for (int c = 0; c < D / 8; ++c) ZeroChunk(dst + c * 8);
-      FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
+        for (int c = 0; c < D / 8; ++c) ZeroChunk(dst + c * 8);
+        FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
+      }
     }
   };
 #pragma unroll
@@ -177,9 +244,11 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   for (int d = 0; d < S::kDTiles; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
 
   const int key0 = warp * S::kKeysPerWarp;  // this warp's first key within a block
-  // Lane parts of the ldmatrix addresses (elements), fixed for the whole loop.
-  const int k_lane = (key0 + (lane & 7) + (lane >> 4) * 8) * RS + ((lane >> 3) & 1) * 8;
-  const int v_lane = (key0 + (lane & 7) + ((lane >> 3) & 1) * 8) * RS + (lane >> 4) * 8;
+  // Lane parts of the ldmatrix addresses: the key row and the chunk's low bit (rows are
+  // key0 + lane % 8 + multiples of 8, so row % 8 is lane % 8).
+  const int k_row = key0 + (lane & 7) + (lane >> 4) * 8, k_bit = (lane >> 3) & 1;
+  const int v_row = key0 + (lane & 7) + ((lane >> 3) & 1) * 8, v_bit = lane >> 4;
+  const int row7 = lane & 7;
 
   for (int block = 0; block < num_blocks; ++block) {
     // The stage refilled here was last read in iteration block - 1, which ended in a barrier.
@@ -188,12 +257,27 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     const int stage = block % S::kStages;
     MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);
     const T* s_k = s_kv + 2 * stage * S::kKvElems;
-    const T* s_v = s_k + S::kKvElems;
-    const int j_warp = key_begin + block * S::kBlockN + key0;
+    T* const s_v = s_kv + (2 * stage + 1) * S::kKvElems;
+    const int j_warp = loop_begin + block * S::kBlockN + key0;
+    if constexpr (S::kPageTma) {
+      if (j_warp < key_begin || j_warp + S::kKeysPerWarp > key_end) {  // warp-uniform
+        for (int i = lane; i < S::kKeysPerWarp * (D / 8); i += 32) {
+          const int r = i / (D / 8), c = i % (D / 8);
+          if (j_warp + r < key_begin || j_warp + r >= key_end) ZeroChunk(s_v + KvOffset<S>(key0 + r, c, r & 7));
+        }
+        FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
+        __syncwarp();
+      }
+    }
 
-    float s[S::kSTiles][4];
+    // S = Q K^T over kKSteps k-steps, in two accumulator chains (even and odd steps) so
+    // consecutive mma.sync do not wait on each other's results.
+    float s[S::kSTiles][4], s_odd[S::kSTiles][4];
 #pragma unroll
-    for (int n = 0; n < S::kSTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int n = 0; n < S::kSTiles; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+      s_odd[n][0] = s_odd[n][1] = s_odd[n][2] = s_odd[n][3] = 0.0f;
+    }
 #pragma unroll
     for (int ks = 0; ks < S::kKSteps; ++ks) {
       uint32_t a_smem[4];
@@ -204,10 +288,16 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 #pragma unroll
       for (int np = 0; np < S::kSTiles / 2; ++np) {
         uint32_t b[4];
-        LdMatrixX4(b, s_k + k_lane + np * 16 * RS + ks * 16);
-        Mma16816<T>(s[2 * np], a, b[0], b[1]);
-        Mma16816<T>(s[2 * np + 1], a, b[2], b[3]);
+        LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
+        float(&acc_s)[S::kSTiles][4] = ks % 2 == 0 ? s : s_odd;
+        Mma16816<T>(acc_s[2 * np], a, b[0], b[1]);
+        Mma16816<T>(acc_s[2 * np + 1], a, b[2], b[3]);
       }
+    }
+#pragma unroll
+    for (int n = 0; n < S::kSTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] += s_odd[n][e];
     }
 
 #pragma unroll
@@ -284,7 +374,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 #pragma unroll
       for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
         uint32_t b[4];
-        LdMatrixX4Trans(b, s_v + v_lane + kk * 16 * RS + dp * 16);
+        LdMatrixX4Trans(b, s_v + KvOffset<S>(v_row + kk * 16, dp * 2 + v_bit, row7));
         Mma16816<T>(acc[2 * dp], a, b[0], b[1]);
         Mma16816<T>(acc[2 * dp + 1], a, b[2], b[3]);
       }

@@ -4,6 +4,8 @@
 #ifndef SPLITKV_CUDA_KERNEL_PARAMS_H_
 #define SPLITKV_CUDA_KERNEL_PARAMS_H_
 
+#include <cuda.h>  // CUtensorMap (a plain struct; no driver library is linked)
+
 #include <cstdint>
 
 #include "cc/splitkv/workspace_layout.h"
@@ -55,6 +57,18 @@ struct PagedKvParams {
   int64_t block_tables_stride = 0;
   const int32_t* seq_lens = nullptr;
   int32_t page_size_log2 = 0;
+};
+
+// Tensor maps of a paged cache for the sm_90 decode kernel's copies of whole page runs
+// (tensor_map.h builds them): dimensions (d, slot, kv_head, page) when slot_inner, else
+// (d, kv_head, slot, page), so the strides ascend as the driver expects; boxes of 64
+// columns (128 bytes, the swizzle's width) x box_rows slots of one head and one page,
+// 128-byte swizzled in shared memory. box_rows == 0: no maps, the kernel copies rows.
+struct PagedKvMaps {
+  CUtensorMap k;
+  CUtensorMap v;
+  int32_t box_rows = 0;  // min(page_size, the kernel's block keys); a power of two
+  bool slot_inner = true;
 };
 
 // Keys of packed (ragged) k, v: request b owns tokens cu_seqlens_kv[b]..cu_seqlens_kv[b+1].

@@ -21,10 +21,11 @@ void CheckCuda(cudaError_t err, const char* op);
 // other image is sm_80's. Read once per device.
 bool DeviceRunsSm90a(const char* op);
 
-// Enqueues one launch of num_tiles x num_splits CTAs (kind: decode or prefill tiles).
+// Enqueues one launch of num_tiles x num_splits CTAs (kind: decode or prefill tiles). `maps`
+// (box_rows > 0) lets the sm_90 decode kernel fetch page runs by tensor copies.
 template <int kHeadDim>
 void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
-                 int64_t num_tiles, cudaStream_t stream, const char* op);
+                 const PagedKvMaps& maps, int64_t num_tiles, cudaStream_t stream, const char* op);
 template <int kHeadDim>
 void LaunchRagged(DType dtype, const AttentionKernelParams& params, const RaggedKvParams& kv, int64_t num_tiles,
                   cudaStream_t stream, const char* op);

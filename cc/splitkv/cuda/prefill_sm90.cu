@@ -1,63 +1,30 @@
 // Host side of the Hopper ragged-prefill kernel: eligibility, the three TMA tensor maps
-// (built per call and passed by value, so a captured CUDA graph carries them), the launch.
+// (tensor_map.h), the launch.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
 #include "cc/splitkv/cuda/launch.h"
 #include "cc/splitkv/cuda/prefill_sm90.cuh"
 #include "cc/splitkv/cuda/prefill_sm90.h"
+#include "cc/splitkv/cuda/tensor_map.h"
 
 namespace splitkv::cuda {
 namespace {
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda link).
-using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiledFn EncodeTiled() {
-  static const EncodeTiledFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();  // not sticky; leave no error for the next check
-      return EncodeTiledFn{nullptr};
-    }
-    return reinterpret_cast<EncodeTiledFn>(f);
-  }();
-  return fn;
-}
-
-bool Disabled() {
-  const char* v = std::getenv("SPLITKV_DISABLE_SM90");
-  return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
-}
 
 // A [tokens][heads][head_dim] tensor as a 3-D map with boxes of 64 columns (128 bytes, the
 // 128-byte swizzle's width) x box_heads x box_tokens.
 bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t head_dim, int64_t num_heads,
                int64_t num_tokens, int64_t stride_head, int64_t stride_token, uint32_t box_heads,
                uint32_t box_tokens) {
-  const EncodeTiledFn encode = EncodeTiled();
-  if (encode == nullptr || num_heads < 1 || num_tokens < 1) return false;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(num_heads),
-                              static_cast<cuuint64_t>(num_tokens)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(stride_head) * 2, static_cast<cuuint64_t>(stride_token) * 2};
-  const cuuint32_t box[3] = {64, box_heads, box_tokens};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type =
-      dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode(map, type, 3, const_cast<void*>(base), dims, strides, box, element_strides,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  const int64_t dims[3] = {head_dim, num_heads, num_tokens};
+  const int64_t strides[2] = {stride_head, stride_token};
+  const uint32_t box[3] = {64, box_heads, box_tokens};
+  return EncodeTensorMap(map, dtype, base, 3, dims, strides, box);
 }
 
 template <typename T, int kHeadDim>
@@ -108,7 +75,7 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
   if (group < 1 || group > kRows || kRows % group != 0) return false;
   // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
   if (!k.q_vec || !k.kv_vec || p.total_kv < 1 || p.total_q < 1) return false;
-  if (Disabled() || !DeviceRunsSm90a(op)) return false;
+  if (TensorMapsDisabled() || !DeviceRunsSm90a(op)) return false;
 
   const int64_t tile_tokens = kRows / group;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;

@@ -1,10 +1,11 @@
 // Thin wrappers over the PTX the kernels use: cp.async (16-byte global -> shared copies that
 // bypass registers), ldmatrix (8x8 b16 tiles from shared memory into mma fragments) and
 // mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate), valid on sm_80 and sm_90a; and the
-// sm_90 bulk copy + mbarrier used by the decode kernel.
+// sm_90 bulk copies (plain and through a tensor map) + mbarrier used by the decode kernel.
 #ifndef SPLITKV_CUDA_PTX_CUH_
 #define SPLITKV_CUDA_PTX_CUH_
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -101,12 +102,42 @@ __device__ __forceinline__ void BulkCopyToShared(void* smem, const void* gmem, u
 #endif
 }
 
+// A 4-D box of a tensor map (coordinates in elements, c0 innermost) into shared memory by the
+// copy engine; completion is counted on `bar` in bytes (the whole box, including any part
+// past the tensor's bounds, which arrives as zeros).
+__device__ __forceinline__ void TensorCopy4dToShared(void* smem, const CUtensorMap* map, uint64_t* bar, int32_t c0,
+                                                     int32_t c1, int32_t c2, int32_t c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(SharedAddress(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(SharedAddress(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Starts fetching a tensor map (a kernel parameter) so the first copy through it waits less.
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
+}
+
 // Orders this thread's earlier generic-proxy shared-memory writes before later copy-engine
 // (async-proxy) accesses of the same bytes.
 __device__ __forceinline__ void FenceProxyAsyncShared() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
+}
+
+// *address += v at GPU scope with acquire and release semantics; returns the old value.
+__device__ __forceinline__ uint32_t AtomicAddAcqRelGpu(uint32_t* address, uint32_t v) {
+  uint32_t old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(address), "r"(v) : "memory");
+  return old;
 }
 
 // c += a * b for one 16x8x16 tile; a row-major, b column-major (i.e. [n][k] in memory).

@@ -208,10 +208,6 @@ __device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
 
 // ---- TMA ----
 
-__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
 // A 3-D box at coordinates (c0 innermost) into shared memory; completes on `bar`.
 __device__ __forceinline__ void TmaLoad3d(void* smem, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1,
                                           int32_t c2) {

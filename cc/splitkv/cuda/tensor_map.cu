@@ -1,0 +1,103 @@
+#include "cc/splitkv/cuda/tensor_map.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+namespace splitkv::cuda {
+namespace {
+
+// cuTensorMapEncodeTiled's signature (driver API), reached through the runtime.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiledFn EncodeTiled() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();  // not sticky; leave no error for the next check
+      return EncodeTiledFn{nullptr};
+    }
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// A box of 8 rows of 128 bytes is one 128-byte-swizzle atom (1024 bytes), so every box lands
+// on an atom boundary in shared memory and the kernel's swizzled addressing holds; smaller
+// pages keep row copies.
+constexpr int64_t kMinBoxRows = 8;
+
+}  // namespace
+
+bool TensorMapsDisabled() {
+  const char* v = std::getenv("SPLITKV_DISABLE_SM90");
+  return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
+}
+
+bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,
+                     const int64_t* strides, const uint32_t* box) {
+  const EncodeTiledFn encode = EncodeTiled();
+  if (encode == nullptr || rank < 1 || rank > 5) return false;
+  cuuint64_t global_dims[5], global_strides[4];
+  cuuint32_t box_dims[5], element_strides[5];
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] < 1) return false;
+    global_dims[i] = static_cast<cuuint64_t>(dims[i]);
+    box_dims[i] = box[i];
+    element_strides[i] = 1;
+    if (i > 0) {
+      if (strides[i - 1] < 1) return false;
+      global_strides[i - 1] = static_cast<cuuint64_t>(strides[i - 1]) * 2;
+    }
+  }
+  const CUtensorMapDataType type =
+      dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), global_dims, global_strides,
+                box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
+  PagedKvMaps maps{};
+  maps.box_rows = 0;
+  if ((p.head_dim != 64 && p.head_dim != 128) || p.page_size < kMinBoxRows || TensorMapsDisabled()) return maps;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return maps;
+  if (p.num_pages > 2147483647 || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) return maps;
+  // Dimensions in ascending stride order: slot then head (HND), or head then slot (NHD).
+  const bool slot_inner = p.k_stride_slot <= p.k_stride_head;
+  if (slot_inner != (p.v_stride_slot <= p.v_stride_head)) return maps;
+  const int64_t rows = std::min<int64_t>(p.page_size, block_keys);
+  const int64_t mid[2] = {slot_inner ? p.page_size : p.num_kv_heads, slot_inner ? p.num_kv_heads : p.page_size};
+  const uint32_t box[4] = {64, static_cast<uint32_t>(slot_inner ? rows : 1), static_cast<uint32_t>(slot_inner ? 1 : rows),
+                           1};
+  const int64_t dims[4] = {p.head_dim, mid[0], mid[1], p.num_pages};
+  const int64_t k_strides[3] = {slot_inner ? p.k_stride_slot : p.k_stride_head,
+                                slot_inner ? p.k_stride_head : p.k_stride_slot, p.k_stride_page};
+  const int64_t v_strides[3] = {slot_inner ? p.v_stride_slot : p.v_stride_head,
+                                slot_inner ? p.v_stride_head : p.v_stride_slot, p.v_stride_page};
+  for (int64_t s : k_strides) {
+    if (s % 8 != 0) return maps;
+  }
+  for (int64_t s : v_strides) {
+    if (s % 8 != 0) return maps;
+  }
+  if (!EncodeTensorMap(&maps.k, p.dtype, p.k_cache, 4, dims, k_strides, box) ||
+      !EncodeTensorMap(&maps.v, p.dtype, p.v_cache, 4, dims, v_strides, box)) {
+    return maps;
+  }
+  maps.box_rows = static_cast<int32_t>(rows);
+  maps.slot_inner = slot_inner;
+  return maps;
+}
+
+}  // namespace splitkv::cuda
