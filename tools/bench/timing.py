@@ -2,36 +2,50 @@
 
 A measured "round" runs every input copy once (calls[0](), calls[1](), ...): rotating
 through copies whose total exceeds the cache keeps repeated runs from timing the cache.
-The figure is the median over rounds of the round's time divided by the number of calls.
+The figure is the median over samples of the sample's time divided by the calls it ran.
+
+On CUDA a sample is a graph of `reps` rounds (enough for about 2 ms of work, at most 50),
+replayed once between two events, with the stream held by a sleep kernel while the host
+queues the events and the replay: the figure is the GPU's time per call when calls run back
+to back, as inside a serving step's graph, not the host's launch rate. (Events around one
+replay of a one-call graph also timed the gap the GPU waited for the host's launch: up to
+5 us of a 75 us decode call on the H200, for splitkv and its peers alike.)
 """
 
+import math
 import statistics
 import time
 
 import torch
 
+_TARGET_SAMPLE_S = 2e-3
+_MAX_REPS = 50
+_HOLD_CYCLES = 2_000_000  # ~1 ms of the GPU's clock: the host queues a sample meanwhile
 
-def _cuda_round_events(run_round, warmup, iters):
+
+def _cuda_samples(replay, calls_per_replay, warmup, iters):
     for _ in range(warmup):
-        run_round()
+        replay()
     times = []
     for _ in range(iters):
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(_HOLD_CYCLES)
         start.record()
-        run_round()
+        replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / calls_per_replay)
     return times
 
 
 def time_calls(calls, device, warmup, iters, use_graph=True):
     """Median seconds per call, and how it was timed ("graph", "events" or "wall").
 
-    On CUDA the round is captured once in a CUDA graph, so launch gaps and Python overhead
-    stay out of the figure; a call that cannot be captured falls back to events around an
-    eager round. The calls must already have run once (compiled, handles created).
+    On CUDA `reps` rounds are captured in one CUDA graph, so launch gaps and Python overhead
+    stay out of the figure; a call that cannot be captured falls back to an eager round
+    queued behind the same sleep ("events"). The calls must already have run once
+    (compiled, handles created).
     """
     def run_round():
         for call in calls:
@@ -47,18 +61,30 @@ def time_calls(calls, device, warmup, iters, use_graph=True):
             times.append(time.perf_counter() - start)
         return statistics.median(times) / len(calls), "wall"
 
-    method = "events"
-    replay = run_round
     if use_graph:
-        graph = _capture(run_round)
+        reps = _reps(run_round)
+        graph = _capture(run_round, reps)
         if graph is not None:
-            replay, method = graph.replay, "graph"
-    times = _cuda_round_events(replay, warmup, iters)
-    return statistics.median(times) / len(calls), method
+            times = _cuda_samples(graph.replay, reps * len(calls), warmup, iters)
+            return statistics.median(times), "graph"
+    times = _cuda_samples(run_round, len(calls), warmup, iters)
+    return statistics.median(times), "events"
 
 
-def _capture(run_round):
-    """A CUDA graph of one round, or None when a call cannot be captured."""
+def _reps(run_round):
+    """Rounds per sample: about _TARGET_SAMPLE_S of GPU work, from one eager round."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(_HOLD_CYCLES)
+    start.record()
+    run_round()
+    end.record()
+    end.synchronize()
+    round_s = max(start.elapsed_time(end) / 1e3, 1e-6)
+    return max(1, min(_MAX_REPS, math.ceil(_TARGET_SAMPLE_S / round_s)))
+
+
+def _capture(run_round, reps):
+    """A CUDA graph of `reps` rounds, or None when a call cannot be captured."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     try:
@@ -67,7 +93,8 @@ def _capture(run_round):
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            run_round()
+            for _ in range(reps):
+                run_round()
         graph.replay()
         torch.cuda.synchronize()
         return graph

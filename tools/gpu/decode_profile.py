@@ -1,7 +1,7 @@
 """Paged decode launches for ncu, and a quick timing of decode variants.
 
     python3 tools/gpu/decode_profile.py 64x4096 1x32768            # 2 launches each (for ncu)
-    python3 tools/gpu/decode_profile.py --time 64x4096:HND:1 ...  # CUDA-graph timing, TB/s
+    python3 tools/gpu/decode_profile.py --time 64x4096:HND:1 ...  # tools/bench/timing.py, TB/s
 
 A shape is BATCHxKV_LEN[:LAYOUT[:NUM_SPLITS]] (bf16, 32 qo / 8 kv heads, head_dim 128, page
 16). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
@@ -9,7 +9,6 @@ checked against float32 SDPA on the gathered KV.
 """
 
 import os
-import statistics
 import sys
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,7 +18,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import splitkv  # noqa: E402
-from tools.bench import inputs, shapes  # noqa: E402
+from tools.bench import inputs, shapes, timing  # noqa: E402
 
 
 def parse(spec):
@@ -40,7 +39,7 @@ def make(batch, kv_len, layout, copies, gen, page_size=16):
 
 
 def main(argv):
-    timing = "--time" in argv
+    timed = "--time" in argv
     specs = [a for a in argv if not a.startswith("--")]
     gen = torch.Generator(device="cuda").manual_seed(0)
     ws = splitkv.Workspace(256 << 20, "cuda")
@@ -48,7 +47,7 @@ def main(argv):
     for spec in specs:
         batch, kv_len, layout, splits = parse(spec)
         kv_bytes = batch * 8 * kv_len * 128 * 2 * 2
-        copies = max(1, min(16, -(-(240 << 20) // kv_bytes))) if timing else 1
+        copies = max(1, min(16, -(-(240 << 20) // kv_bytes))) if timed else 1
         paged = make(batch, kv_len, layout, copies, gen)
         outs = [torch.empty_like(p.q) for p in paged]
 
@@ -60,7 +59,7 @@ def main(argv):
         plan = splitkv.plan_paged_attention(paged[0].q, paged[0].kv_cache, paged[0].block_tables,
                                             paged[0].seq_lens, ws, kv_layout=layout, max_q_len=1,
                                             num_splits=splits)
-        if not timing:
+        if not timed:
             for _ in range(2):
                 call(0)
             torch.cuda.synchronize()
@@ -75,28 +74,11 @@ def main(argv):
         got = call(0).float()
         err = float((got - ref).abs().max())
         del k, v, ref
-        for i in range(len(paged)):
-            call(i)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(len(paged)):
-                call(i)
-        for _ in range(5):
-            graph.replay()
-        times = []
-        for _ in range(30):
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            graph.replay()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3 / len(paged))
-        t = statistics.median(times)
+        t, _ = timing.time_calls([lambda i=i: call(i) for i in range(len(paged))], torch.device("cuda", 0), 5, 30)
         rows.append(f"{spec:<22} splits {plan.num_splits:>3}  {t * 1e3:8.4f} ms  {kv_bytes / t / 1e12:5.2f} TB/s"
                     f"  err {err:.1e}{'  BAD' if not err < 2e-2 else ''}")
         print(rows[-1], flush=True)
-        del paged, outs, graph
+        del paged, outs
         torch.cuda.empty_cache()
     if rows:
         print("\n".join(rows))
