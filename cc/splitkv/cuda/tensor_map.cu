@@ -67,10 +67,64 @@ bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, 
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+namespace {
+
+// What a paged cache's maps depend on: a serving loop passes the same cache every step, so
+// the last maps are kept per thread and the driver's encoding runs once.
+struct PagedMapsKey {
+  const void* k;
+  const void* v;
+  int64_t k_strides[3], v_strides[3];
+  int64_t num_pages, page_size, num_kv_heads, head_dim;
+  DType dtype;
+  int block_keys;
+
+  bool operator==(const PagedMapsKey& o) const {
+    return k == o.k && v == o.v && std::equal(k_strides, k_strides + 3, o.k_strides) &&
+           std::equal(v_strides, v_strides + 3, o.v_strides) && num_pages == o.num_pages &&
+           page_size == o.page_size && num_kv_heads == o.num_kv_heads && head_dim == o.head_dim &&
+           dtype == o.dtype && block_keys == o.block_keys;
+  }
+};
+
+PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys);
+
+}  // namespace
+
 PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
+  const PagedMapsKey key{p.k_cache,
+                         p.v_cache,
+                         {p.k_stride_page, p.k_stride_head, p.k_stride_slot},
+                         {p.v_stride_page, p.v_stride_head, p.v_stride_slot},
+                         p.num_pages,
+                         p.page_size,
+                         p.num_kv_heads,
+                         p.head_dim,
+                         p.dtype,
+                         block_keys};
+  thread_local bool have_last = false;
+  thread_local PagedMapsKey last_key;
+  thread_local PagedKvMaps last_maps;
+  // The environment switch is read every call (tests flip it), so it is not part of the cache.
+  if (TensorMapsDisabled()) {
+    PagedKvMaps none{};
+    none.box_rows = 0;
+    return none;
+  }
+  if (!have_last || !(last_key == key)) {
+    last_maps = EncodePagedKvMaps(p, block_keys);
+    last_key = key;
+    have_last = true;
+  }
+  return last_maps;
+}
+
+namespace {
+
+PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   PagedKvMaps maps{};
   maps.box_rows = 0;
-  if ((p.head_dim != 64 && p.head_dim != 128) || p.page_size < kMinBoxRows || TensorMapsDisabled()) return maps;
+  if ((p.head_dim != 64 && p.head_dim != 128) || p.page_size < kMinBoxRows) return maps;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return maps;
   if (p.num_pages > 2147483647 || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) return maps;
   // Dimensions in ascending stride order: slot then head (HND), or head then slot (NHD).
@@ -99,5 +153,7 @@ PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
   maps.slot_inner = slot_inner;
   return maps;
 }
+
+}  // namespace
 
 }  // namespace splitkv::cuda
