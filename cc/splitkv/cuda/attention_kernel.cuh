@@ -181,6 +181,54 @@ __device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p,
   return keys;
 }
 
+// The end of a tile whose warps each hold a slice of the keys: every warp stages its
+// accumulator rows and {max, sum_exp} in fp32 shared memory ([kWarpsN][kRows][kOStride] and
+// {max, sum} per row), then whole rows are merged slice by slice in fixed order. Shared by
+// AttentionKernel and BulkDecodeKernel (decode_kernel.cuh).
+//
+// Stages this warp's two fragment rows (row_base + lane / 4 + 8 i) of acc, row_max and row_sum.
+template <int kDTiles, int kOStride>
+__device__ __forceinline__ void StageWarpRows(float* s_o, float* s_ml, int row_base, const float (&acc)[kDTiles][4],
+                                              const float (&row_max)[2], const float (&row_sum)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = row_base + lane / 4 + 8 * i;
+    float* dst = s_o + r * kOStride + (lane & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc[d][2 * i], acc[d][2 * i + 1]);
+    }
+    if ((lane & 3) == 0) s_ml[2 * r] = row_max[i], s_ml[2 * r + 1] = row_sum[i];
+  }
+}
+
+// Row r merged over the kWarpsN staged slices (rows sl * kRows + r): the lane's kElems
+// output elements (unnormalised), the row max m and sum of exp l (l == 0: no key seen).
+template <int kElems, int kWarpsN, int kRows, int kOStride>
+__device__ __forceinline__ void MergeWarpSlices(const float* s_o, const float* s_ml, int r, float (&o)[kElems],
+                                                float& m, float& l) {
+  const int lane = threadIdx.x % 32;
+  m = SPLITKV_NEG_INF;
+#pragma unroll
+  for (int sl = 0; sl < kWarpsN; ++sl) m = fmaxf(m, s_ml[2 * (sl * kRows + r)]);
+#pragma unroll
+  for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
+  l = 0.0f;
+  if (m != SPLITKV_NEG_INF) {
+#pragma unroll
+    for (int sl = 0; sl < kWarpsN; ++sl) {
+      const int sr = sl * kRows + r;
+      const float w = exp2f((s_ml[2 * sr] - m) * kLog2e);
+      l += s_ml[2 * sr + 1] * w;
+      float part[kElems];
+      LoadFloats<kElems, false>(part, s_o + sr * kOStride + lane * kElems);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) o[e] += w * part[e];
+    }
+  }
+}
+
 template <typename T, class Shape, template <typename> class KvSourceT>
 __global__ void __launch_bounds__(kThreads)
     AttentionKernel(const AttentionKernelParams p, const typename KvSourceT<T>::Params kv_params) {
@@ -358,43 +406,16 @@ __global__ void __launch_bounds__(kThreads)
       row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
       row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
     }
-    // Stage every warp's rows in fp32: [kWarpsN][kRows][kOStride], then {max, sum} per row.
+    // Stage every warp's rows, then each warp finishes whole rows and writes the result.
     float* const s_o = reinterpret_cast<float*>(smem);
     float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = wn * S::kRows + wm * 16 + lane / 4 + 8 * i;
-      float* dst = s_o + r * S::kOStride + (lane & 3) * 2;
-#pragma unroll
-      for (int d = 0; d < S::kDTiles; ++d) {
-        *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc[d][2 * i], acc[d][2 * i + 1]);
-      }
-      if ((lane & 3) == 0) s_ml[2 * r] = row_max[i], s_ml[2 * r + 1] = row_sum[i];
-    }
+    StageWarpRows<S::kDTiles, S::kOStride>(s_o, s_ml, wn * S::kRows + wm * 16, acc, row_max, row_sum);
     __syncthreads();
 
-    // Each warp finishes whole rows: merges the key slices in fixed order, writes the result.
     constexpr int kElems = D / 32;
     for (int r = warp; r < chunk_rows; r += kThreads / 32) {
-      float m = SPLITKV_NEG_INF;
-#pragma unroll
-      for (int sl = 0; sl < S::kWarpsN; ++sl) m = fmaxf(m, s_ml[2 * (sl * S::kRows + r)]);
-      float o[kElems];
-#pragma unroll
-      for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
-      float l = 0.0f;
-      if (m != SPLITKV_NEG_INF) {
-#pragma unroll
-        for (int sl = 0; sl < S::kWarpsN; ++sl) {
-          const int sr = sl * S::kRows + r;
-          const float w = exp2f((s_ml[2 * sr] - m) * kLog2e);
-          l += s_ml[2 * sr + 1] * w;
-          float part[kElems];
-          LoadFloats<kElems, false>(part, s_o + sr * S::kOStride + lane * kElems);
-#pragma unroll
-          for (int e = 0; e < kElems; ++e) o[e] += w * part[e];
-        }
-      }
+      float o[kElems], m, l;
+      MergeWarpSlices<kElems, S::kWarpsN, S::kRows, S::kOStride>(s_o, s_ml, r, o, m, l);
       WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, row0 + r), split_idx, o, m, l);
     }
     __syncthreads();  // the next chunk reloads shared memory

@@ -394,39 +394,13 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   if (num_blocks == 0) __syncthreads();
   float* const s_o = reinterpret_cast<float*>(smem);
   float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = warp * S::kRows + lane / 4 + 8 * i;
-    float* dst = s_o + r * S::kOStride + (lane & 3) * 2;
-#pragma unroll
-    for (int d = 0; d < S::kDTiles; ++d) {
-      *reinterpret_cast<float2*>(dst + d * 8) = make_float2(acc[d][2 * i], acc[d][2 * i + 1]);
-    }
-    if ((lane & 3) == 0) s_ml[2 * r] = row_max[i], s_ml[2 * r + 1] = row_sum[i];
-  }
+  StageWarpRows<S::kDTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);
   __syncthreads();
 
   constexpr int kElems = D / 32;
   for (int r = warp; r < tile_rows; r += kThreads / 32) {
-    float m = SPLITKV_NEG_INF;
-#pragma unroll
-    for (int sl = 0; sl < S::kWarpsN; ++sl) m = fmaxf(m, s_ml[2 * (sl * S::kRows + r)]);
-    float o[kElems];
-#pragma unroll
-    for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
-    float l = 0.0f;
-    if (m != SPLITKV_NEG_INF) {
-#pragma unroll
-      for (int sl = 0; sl < S::kWarpsN; ++sl) {
-        const int sr = sl * S::kRows + r;
-        const float w = exp2f((s_ml[2 * sr] - m) * kLog2e);
-        l += s_ml[2 * sr + 1] * w;
-        float part[kElems];
-        LoadFloats<kElems, false>(part, s_o + sr * S::kOStride + lane * kElems);
-#pragma unroll
-        for (int e = 0; e < kElems; ++e) o[e] += w * part[e];
-      }
-    }
+    float o[kElems], m, l;
+    MergeWarpSlices<kElems, S::kWarpsN, S::kRows, S::kOStride>(s_o, s_ml, r, o, m, l);
     WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, r), split_idx, o, m, l);
   }
 
