@@ -140,16 +140,16 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const bool tail = num_blocks > 0 && tail_keep < S::kBlockN;
 
   if (threadIdx.x == 0) {
-    BarrierInit(q_full, 1);
+    MbarrierInit(q_full, 1);
 #pragma unroll
     for (int s = 0; s < S::kStages; ++s) {
-      BarrierInit(k_full + s, 1);
-      BarrierInit(v_full + s, 1);
-      BarrierInit(k_empty + s, S::kConsumerWarps);
-      BarrierInit(v_empty + s, S::kConsumerWarps);
+      MbarrierInit(k_full + s, 1);
+      MbarrierInit(v_full + s, 1);
+      MbarrierInit(k_empty + s, S::kConsumerWarps);
+      MbarrierInit(v_empty + s, S::kConsumerWarps);
     }
-    BarrierInit(v_tail, 32);
-    BarrierInitFence();
+    MbarrierInit(v_tail, 32);
+    FenceMbarrierInit();
   }
   __syncthreads();
 
@@ -162,28 +162,29 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       PrefetchTensorMap(&tm_q);
       PrefetchTensorMap(&tm_k);
       PrefetchTensorMap(&tm_v);
-      BarrierArriveExpectTx(q_full, S::kTileBytes);
+      MbarrierArriveExpectTx(q_full, S::kTileBytes);
 #pragma unroll
       for (int h = 0; h < S::kHalves; ++h) {
-        TmaLoad3d(smem + S::kQOffset + h * S::kHalfBytes, &tm_q, q_full, h * 64, kv_head * group, q_begin + first);
+        TensorCopy3dToShared(smem + S::kQOffset + h * S::kHalfBytes, &tm_q, q_full, h * 64, kv_head * group,
+                             q_begin + first);
       }
       for (int b = 0; b < num_blocks; ++b) {
         const int stage = b % S::kStages;
         const uint32_t reuse = b / S::kStages;  // how often this stage was filled before
         const int key_row = kv_begin + key_begin + b * S::kBlockN;
-        if (reuse > 0) BarrierWait(k_empty + stage, (reuse - 1) & 1);
-        BarrierArriveExpectTx(k_full + stage, S::kTileBytes);
+        if (reuse > 0) MbarrierWait(k_empty + stage, (reuse - 1) & 1);
+        MbarrierArriveExpectTx(k_full + stage, S::kTileBytes);
 #pragma unroll
         for (int h = 0; h < S::kHalves; ++h) {
-          TmaLoad3d(smem + S::kKOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_k, k_full + stage, h * 64,
-                    kv_head, key_row);
+          TensorCopy3dToShared(smem + S::kKOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_k,
+                               k_full + stage, h * 64, kv_head, key_row);
         }
-        if (reuse > 0) BarrierWait(v_empty + stage, (reuse - 1) & 1);
-        BarrierArriveExpectTx(v_full + stage, S::kTileBytes);
+        if (reuse > 0) MbarrierWait(v_empty + stage, (reuse - 1) & 1);
+        MbarrierArriveExpectTx(v_full + stage, S::kTileBytes);
 #pragma unroll
         for (int h = 0; h < S::kHalves; ++h) {
-          TmaLoad3d(smem + S::kVOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_v, v_full + stage, h * 64,
-                    kv_head, key_row);
+          TensorCopy3dToShared(smem + S::kVOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_v,
+                               v_full + stage, h * 64, kv_head, key_row);
         }
       }
     }
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       // block's: no lane can mistake an earlier phase for it.
       __syncwarp();
       const int last = num_blocks - 1;
-      BarrierWait(v_full + last % S::kStages, (last / S::kStages) & 1);
+      MbarrierWait(v_full + last % S::kStages, (last / S::kStages) & 1);
       // Whole 128-byte rows: the swizzle permutes 16-byte chunks inside a row only.
       unsigned char* const v_tile = smem + S::kVOffset + (last % S::kStages) * S::kTileBytes;
       const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
         for (int h = 0; h < S::kHalves; ++h) *reinterpret_cast<uint4*>(v_tile + h * S::kHalfBytes + c * 16) = zero;
       }
       FenceProxyAsyncShared();  // the wgmma (async proxy) reads these bytes next
-      BarrierArrive(v_tail);
+      MbarrierArrive(v_tail);
     }
     return;
   }
@@ -263,7 +264,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   };
   auto release = [&](uint64_t* bar) {
     __syncwarp();
-    if (lane == 0) BarrierArrive(bar);
+    if (lane == 0) MbarrierArrive(bar);
   };
 
   // Block b's logits -> probabilities as the PV A operand; updates the row max and sum and
@@ -330,14 +331,14 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     }
   };
 
-  BarrierWait(q_full, 0);
+  MbarrierWait(q_full, 0);
   // Software pipeline inside the warpgroup: while P_b V_b runs on the tensor cores, the
   // softmax of block b + 1 (whose S was issued just before) runs on the other units.
   float s[64];
   uint32_t a[8][4];
   float alpha[2];
   if (num_blocks > 0) {
-    BarrierWait(k_full, 0);
+    MbarrierWait(k_full, 0);
     WgmmaFence();
     issue_s(s, 0);
     WgmmaWait<0>();
@@ -349,8 +350,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   for (int b = 0; b + 1 < num_blocks; ++b) {
     const int stage = b % S::kStages;
     const int next_stage = (b + 1) % S::kStages;
-    BarrierWait(k_full + next_stage, ((b + 1) / S::kStages) & 1);
-    BarrierWait(v_full + stage, (b / S::kStages) & 1);
+    MbarrierWait(k_full + next_stage, ((b + 1) / S::kStages) & 1);
+    MbarrierWait(v_full + stage, (b / S::kStages) & 1);
     FenceRegs(o_acc);  // the rescale and the packing land before the fence, not after it
     FenceRegs(a);
     WgmmaFence();
@@ -373,8 +374,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   }
   if (num_blocks > 0) {  // the last block's P V
     const int stage = (num_blocks - 1) % S::kStages;
-    BarrierWait(v_full + stage, ((num_blocks - 1) / S::kStages) & 1);
-    if (tail) BarrierWait(v_tail, 0);
+    MbarrierWait(v_full + stage, ((num_blocks - 1) / S::kStages) & 1);
+    if (tail) MbarrierWait(v_tail, 0);
     FenceRegs(o_acc);
     FenceRegs(a);
     WgmmaFence();

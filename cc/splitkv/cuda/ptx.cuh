@@ -72,6 +72,15 @@ __device__ __forceinline__ void MbarrierArriveExpectTx(uint64_t* bar, uint32_t b
 #endif
 }
 
+// One plain arrival.
+__device__ __forceinline__ void MbarrierArrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(bar)) : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Spins until the barrier's phase with parity `parity` has completed.
 __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -96,6 +105,21 @@ __device__ __forceinline__ void BulkCopyToShared(void* smem, const void* gmem, u
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
           SharedAddress(smem)),
       "l"(gmem), "r"(bytes), "r"(SharedAddress(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// A 3-D box of a tensor map (coordinates in elements, c0 innermost) into shared memory by the
+// copy engine; completion is counted on `bar` in bytes.
+__device__ __forceinline__ void TensorCopy3dToShared(void* smem, const CUtensorMap* map, uint64_t* bar, int32_t c0,
+                                                     int32_t c1, int32_t c2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(SharedAddress(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(SharedAddress(bar))
       : "memory");
 #else
   __trap();

@@ -1,6 +1,6 @@
 // Hopper-only PTX (sm_90a) for the prefill kernel of prefill_sm90.cuh: shared-memory matrix
-// descriptors for wgmma, wgmma m64n128k16 and m64n64k16 (fp32 accumulate), mbarriers, TMA
-// tile loads and setmaxnreg. Everything here compiles to nothing unless SPLITKV_SM90_DEVICE is 1, so the
+// descriptors for wgmma, wgmma m64n128k16 and m64n64k16 (fp32 accumulate) and setmaxnreg
+// (the mbarriers and TMA copies it shares with the decode kernel are in ptx.cuh). Everything here compiles to nothing unless SPLITKV_SM90_DEVICE is 1, so the
 // sm_80 pass of the same translation unit still builds; the host launches the kernel only on
 // a compute capability 9.0 device.
 #ifndef SPLITKV_CUDA_WGMMA_CUH_
@@ -173,49 +173,6 @@ __device__ __forceinline__ float FastExp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-
-// ---- mbarriers (CTA scope) ----
-
-__device__ __forceinline__ void BarrierInit(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddr(bar)), "r"(count) : "memory");
-}
-
-// Makes the initialised barriers visible to the TMA unit (the async proxy).
-__device__ __forceinline__ void BarrierInitFence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-
-__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddr(bar)) : "memory");
-}
-
-// One arrival that also announces `bytes` of TMA data to come.
-__device__ __forceinline__ void BarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddr(bar)), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = SmemAddr(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-
-// ---- TMA ----
-
-// A 3-D box at coordinates (c0 innermost) into shared memory; completes on `bar`.
-__device__ __forceinline__ void TmaLoad3d(void* smem, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1,
-                                          int32_t c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(SmemAddr(smem)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(SmemAddr(bar))
-      : "memory");
 }
 
 // ---- registers per warpgroup ----
