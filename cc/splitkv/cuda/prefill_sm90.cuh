@@ -172,20 +172,18 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
         const int stage = b % S::kStages;
         const uint32_t reuse = b / S::kStages;  // how often this stage was filled before
         const int key_row = kv_begin + key_begin + b * S::kBlockN;
-        if (reuse > 0) MbarrierWait(k_empty + stage, (reuse - 1) & 1);
-        MbarrierArriveExpectTx(k_full + stage, S::kTileBytes);
+        // K, then V: wait until the consumers released the stage, then refill it.
+        auto fill = [&](const CUtensorMap* map, uint64_t* full, uint64_t* empty, uint32_t offset) {
+          if (reuse > 0) MbarrierWait(empty + stage, (reuse - 1) & 1);
+          MbarrierArriveExpectTx(full + stage, S::kTileBytes);
 #pragma unroll
-        for (int h = 0; h < S::kHalves; ++h) {
-          TensorCopy3dToShared(smem + S::kKOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_k,
-                               k_full + stage, h * 64, kv_head, key_row);
-        }
-        if (reuse > 0) MbarrierWait(v_empty + stage, (reuse - 1) & 1);
-        MbarrierArriveExpectTx(v_full + stage, S::kTileBytes);
-#pragma unroll
-        for (int h = 0; h < S::kHalves; ++h) {
-          TensorCopy3dToShared(smem + S::kVOffset + stage * S::kTileBytes + h * S::kHalfBytes, &tm_v,
-                               v_full + stage, h * 64, kv_head, key_row);
-        }
+          for (int h = 0; h < S::kHalves; ++h) {
+            TensorCopy3dToShared(smem + offset + stage * S::kTileBytes + h * S::kHalfBytes, map, full + stage, h * 64,
+                                 kv_head, key_row);
+          }
+        };
+        fill(&tm_k, k_full, k_empty, S::kKOffset);
+        fill(&tm_v, v_full, v_empty, S::kVOffset);
       }
     }
     if (tail) {
