@@ -174,8 +174,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
              AllMultiplesOf8({p.k_stride_page, p.k_stride_head, p.k_stride_slot, p.v_stride_page, p.v_stride_head,
                               p.v_stride_slot});
   // Hopper decode tiles fetch page runs through tensor maps where they apply (tensor_map.h).
-  PagedKvMaps maps{};
-  maps.box_rows = 0;
+  PagedKvMaps maps{};  // box_rows 0: row copies
   if (tile.kind == TileKind::kDecode && k.kv_vec && DeviceRunsSm90a(kPagedOp)) {
     maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
   }

@@ -87,43 +87,8 @@ struct PagedMapsKey {
   }
 };
 
-PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys);
-
-}  // namespace
-
-PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
-  const PagedMapsKey key{p.k_cache,
-                         p.v_cache,
-                         {p.k_stride_page, p.k_stride_head, p.k_stride_slot},
-                         {p.v_stride_page, p.v_stride_head, p.v_stride_slot},
-                         p.num_pages,
-                         p.page_size,
-                         p.num_kv_heads,
-                         p.head_dim,
-                         p.dtype,
-                         block_keys};
-  thread_local bool have_last = false;
-  thread_local PagedMapsKey last_key;
-  thread_local PagedKvMaps last_maps;
-  // The environment switch is read every call (tests flip it), so it is not part of the cache.
-  if (TensorMapsDisabled()) {
-    PagedKvMaps none{};
-    none.box_rows = 0;
-    return none;
-  }
-  if (!have_last || !(last_key == key)) {
-    last_maps = EncodePagedKvMaps(p, block_keys);
-    last_key = key;
-    have_last = true;
-  }
-  return last_maps;
-}
-
-namespace {
-
 PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
-  PagedKvMaps maps{};
-  maps.box_rows = 0;
+  PagedKvMaps maps{};  // box_rows 0 until both maps are encoded
   if ((p.head_dim != 64 && p.head_dim != 128) || p.page_size < kMinBoxRows) return maps;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return maps;
   if (p.num_pages > 2147483647 || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) return maps;
@@ -155,5 +120,29 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
 }
 
 }  // namespace
+
+PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
+  // The environment switch is read every call (tests flip it), so it is not part of the cache.
+  if (TensorMapsDisabled()) return PagedKvMaps{};
+  const PagedMapsKey key{p.k_cache,
+                         p.v_cache,
+                         {p.k_stride_page, p.k_stride_head, p.k_stride_slot},
+                         {p.v_stride_page, p.v_stride_head, p.v_stride_slot},
+                         p.num_pages,
+                         p.page_size,
+                         p.num_kv_heads,
+                         p.head_dim,
+                         p.dtype,
+                         block_keys};
+  thread_local bool have_last = false;
+  thread_local PagedMapsKey last_key;
+  thread_local PagedKvMaps last_maps;
+  if (!have_last || !(last_key == key)) {
+    last_maps = EncodePagedKvMaps(p, block_keys);
+    last_key = key;
+    have_last = true;
+  }
+  return last_maps;
+}
 
 }  // namespace splitkv::cuda
