@@ -238,9 +238,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units
   float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
 
-  const uint32_t q_addr = SmemAddr(smem + S::kQOffset) + consumer * 64 * 128;
-  auto k_addr = [&](int stage) { return SmemAddr(smem + S::kKOffset + stage * S::kTileBytes); };
-  auto v_addr = [&](int stage) { return SmemAddr(smem + S::kVOffset + stage * S::kTileBytes); };
+  const uint32_t q_addr = SharedAddress(smem + S::kQOffset) + consumer * 64 * 128;
+  auto k_addr = [&](int stage) { return SharedAddress(smem + S::kKOffset + stage * S::kTileBytes); };
+  auto v_addr = [&](int stage) { return SharedAddress(smem + S::kVOffset + stage * S::kTileBytes); };
 
   // S = Q K^T over head_dim / 16 k-steps of 16 columns (4 per 128-byte swizzled half);
   // issued, not waited.

@@ -22,8 +22,6 @@ namespace splitkv::cuda::sm90 {
 
 #if SPLITKV_SM90_DEVICE
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-
 // A wgmma shared-memory descriptor for a 128-byte-swizzled operand whose swizzle atoms (8
 // rows of 128 bytes) are 1024-byte aligned. Byte offsets are stored >> 4.
 //   K-major (rows of 64 contiguous 16-bit elements along K): `stride_bytes` steps between
