@@ -55,8 +55,13 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
 SplitPlan PlanSplits(const SplitPlanRequest& request);
 
 // Keys [begin, end) of split `split_idx` when the tile's visible keys [lo, hi) are cut
-// into `num_splits` chunks whose size is a multiple of `granularity` (a page or a key
-// tile); trailing splits may be empty (begin == end).
+// into `num_splits` runs of whole granules of `granularity` keys (a page or a key tile; the
+// last granule may be short). The granules are dealt out evenly: the first G % num_splits
+// splits get G / num_splits + 1 of the G granules, the rest G / num_splits, so no split is
+// more than one granule longer than another (the longest is ceil(G / num_splits) granules, as
+// when every split but the last took that many, but the shortfall is spread instead of left
+// to the last split). Trailing splits are empty (begin == end) when there are fewer granules
+// than splits.
 struct KeyRange {
   int64_t begin;
   int64_t end;
@@ -64,13 +69,13 @@ struct KeyRange {
 SPLITKV_HOST_DEVICE inline KeyRange SplitKeyRange(int64_t lo, int64_t hi, int64_t num_splits,
                                                   int64_t split_idx, int64_t granularity) {
   if (hi <= lo) return {lo, lo};
-  const int64_t per_split = (hi - lo + num_splits - 1) / num_splits;
-  const int64_t chunk = (per_split + granularity - 1) / granularity * granularity;
-  int64_t begin = lo + split_idx * chunk;
-  int64_t end = begin + chunk;
-  if (begin > hi) begin = hi;
-  if (end > hi) end = hi;
-  return {begin, end};
+  const int64_t granules = (hi - lo + granularity - 1) / granularity;
+  const int64_t each = granules / num_splits, extra = granules % num_splits;
+  const auto start = [&](int64_t i) {
+    const int64_t key = lo + (i * each + (i < extra ? i : extra)) * granularity;
+    return key < hi ? key : hi;
+  };
+  return {start(split_idx), start(split_idx + 1)};
 }
 
 }  // namespace splitkv

@@ -2,6 +2,7 @@
 // the errors when it cannot, and how SplitKeyRange cuts a tile's keys.
 #include "cc/splitkv/split_plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -260,6 +261,43 @@ TEST(SplitKeyRangeCoversEveryKeyOnce) {
   }
   EXPECT_EQ(int64_t{0}, bad);
   EXPECT_GT(cases, int64_t{0});
+}
+
+TEST(SplitKeyRangeDealsGranulesEvenly) {
+  // No nonempty split is more than one granule longer than another (all but a short last
+  // granule): 32768 keys in 16-key pages over 31 splits are 2 splits of 67 pages and 29 of
+  // 66 (cutting 67 pages each would leave the last split 58), and 4096 over 3 are 1376, 1360,
+  // 1360.
+  int64_t bad = 0;
+  for (int64_t len : {1, 17, 97, 1000, 4096, 4099, 32768}) {
+    for (int64_t n = 1; n <= 70; ++n) {
+      for (int64_t g : {1, 16, 64}) {
+        int64_t longest = 0, shortest = len;
+        for (int64_t i = 0; i < n; ++i) {
+          const splitkv::KeyRange k = splitkv::SplitKeyRange(0, len, n, i, g);
+          const int64_t granules = (k.end - k.begin + g - 1) / g;
+          if (k.end > k.begin) longest = std::max(longest, granules), shortest = std::min(shortest, granules);
+        }
+        if (longest - shortest > 1) ++bad;
+      }
+    }
+  }
+  EXPECT_EQ(int64_t{0}, bad);
+  const int64_t expected_32k[3][2] = {{0, 1072}, {1072, 2144}, {2144, 3200}};
+  for (int64_t i = 0; i < 3; ++i) {
+    const splitkv::KeyRange k = splitkv::SplitKeyRange(0, 32768, 31, i, 16);
+    EXPECT_EQ(expected_32k[i][0], k.begin);
+    EXPECT_EQ(expected_32k[i][1], k.end);
+  }
+  const splitkv::KeyRange last = splitkv::SplitKeyRange(0, 32768, 31, 30, 16);
+  EXPECT_EQ(int64_t{32768 - 1056}, last.begin);
+  EXPECT_EQ(int64_t{32768}, last.end);
+  const int64_t expected_4k[3][2] = {{0, 1376}, {1376, 2736}, {2736, 4096}};
+  for (int64_t i = 0; i < 3; ++i) {
+    const splitkv::KeyRange k = splitkv::SplitKeyRange(0, 4096, 3, i, 16);
+    EXPECT_EQ(expected_4k[i][0], k.begin);
+    EXPECT_EQ(expected_4k[i][1], k.end);
+  }
 }
 
 TEST(SplitKeyRangeLeavesTrailingSplitsEmpty) {

@@ -160,20 +160,21 @@ __device__ __forceinline__ bool TileQueriesOf(const AttentionKernelParams& p, Ti
 }
 
 // This split's keys: the union of the tile's rows' visible ranges, cut into the share of
-// split blockIdx.y, in blocks of block_keys.
+// split blockIdx.y in whole granules of `granule` keys (SplitKeyRange), walked in blocks of
+// block_keys.
 struct SplitKeys {
   int begin, end, num_blocks;
 };
 
 __device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p, const TileQueries& t, int kv_len,
-                                                 int block_keys) {
+                                                 int block_keys, int granule) {
   int tile_lo = kv_len, tile_hi = 0;
   for (int i = 0; i < t.num_tokens; ++i) {
     int lo, hi;
     VisibleKeys(p, t.q_len, kv_len, t.first + i, lo, hi);
     if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
   }
-  const KeyRange range = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, static_cast<int>(blockIdx.y), block_keys);
+  const KeyRange range = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, static_cast<int>(blockIdx.y), granule);
   SplitKeys keys;
   keys.begin = static_cast<int>(range.begin);
   keys.end = static_cast<int>(range.end);
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(kThreads)
   const int q_begin = tq.q_begin, q_len = tq.q_len, first = tq.first, num_tokens = tq.num_tokens;
   const KvSourceT<T> kv(kv_params, request, kv_head);
   const int kv_len = kv.kv_len;
-  const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN);
+  const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN, S::kBlockN);
   const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -137,7 +137,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   const PagedKvSource<T> kv(kv_params, request, kv_head);
   __syncthreads();
   const int kv_len = kv.kv_len;
-  const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN);
+  // Splits are cut in whole boxes (tensor copies) or 16 keys, not whole blocks: a split's
+  // last block may be short, and the longest split is up to a block shorter (1 x 32k at 31
+  // splits: 1072 keys, not 1088; 16 x 4096 at 3: 1376, not 1408).
+  const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN, S::kPageTma ? box_rows : 16);
   const int key_begin = split_keys.begin, key_end = split_keys.end;
   const int loop_begin = S::kPageTma ? key_begin & ~(box_rows - 1) : key_begin;
   const int num_blocks = !S::kPageTma         ? split_keys.num_blocks
