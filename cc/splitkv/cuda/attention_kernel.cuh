@@ -422,7 +422,10 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // the next chunk reloads shared memory
   }
 
-  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows);
+  if (p.num_splits > 1) {
+    const uint32_t ticket = CountSplitIn(p, request, kv_head, q_tile);
+    ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket);
+  }
 }
 
 }  // namespace splitkv::cuda

@@ -384,6 +384,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
     __syncthreads();  // the stage is overwritten by the next iteration's prefetch
   }
+  const uint32_t ticket = p.num_splits > 1 ? CountSplitIn(p, request, kv_head, q_tile) : 0u;
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -407,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, r), split_idx, o, m, l);
   }
 
-  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows);
+  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket);
 }
 
 }  // namespace splitkv::cuda

@@ -157,11 +157,25 @@ __device__ __forceinline__ void FenceProxyAsyncShared() {
 #endif
 }
 
-// *address += v at GPU scope with acquire and release semantics; returns the old value.
-__device__ __forceinline__ uint32_t AtomicAddAcqRelGpu(uint32_t* address, uint32_t v) {
+// *address += v at GPU scope, relaxed (orders nothing else); returns the old value. The
+// thread runs on until it uses the result.
+__device__ __forceinline__ uint32_t AtomicAddRelaxedGpu(uint32_t* address, uint32_t v) {
   uint32_t old;
-  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(address), "r"(v) : "memory");
+  asm volatile("atom.add.relaxed.gpu.global.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(address), "r"(v) : "memory");
   return old;
+}
+
+// *address += v at GPU scope with release semantics (this thread's earlier writes, and those
+// a CTA barrier ordered before it, are visible to whoever acquires the new value); no result.
+__device__ __forceinline__ void RedAddReleaseGpu(uint32_t* address, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(address), "r"(v) : "memory");
+}
+
+// *address at GPU scope with acquire semantics.
+__device__ __forceinline__ uint32_t LoadAcquireGpu(const uint32_t* address) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(address) : "memory");
+  return v;
 }
 
 // c += a * b for one 16x8x16 tile; a row-major, b column-major (i.e. [n][k] in memory).

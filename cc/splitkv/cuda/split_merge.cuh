@@ -1,9 +1,20 @@
-// The split-KV protocol on the device, the CUDA twin of cpu/attention_tile.h:
-//  1. every CTA of a tile writes its partial (normalised fp32 output and {max, sum_exp} in
-//     natural-log units) at PartialIndex(split_idx, token, head) in the workspace;
-//  2. a CTA barrier, then one acquire-release atomicAdd on the tile's counter (TileCounterIndex);
-//  3. the CTA that brings the count to num_splits stores 0 back and merges the partials in
-//     fixed split order, so outputs are bitwise repeatable.
+// The split-KV protocol on the device (the CPU's is cpu/attention_tile.h: the same partials
+// and merge; its counter simply counts arrivals). A tile's counter word holds two counts:
+// bits 0-15 the splits that finished their main loop ("in"), bits 16-31 those whose partial
+// is published (num_splits <= 65535, which the launcher enforces).
+//  1. as its main loop ends, thread 0 of every CTA of a tile counts it in (CountSplitIn, a
+//     relaxed atomicAdd whose round trip overlaps the epilogue); the CTA that counts in last
+//     (it sees num_splits - 1 before it) will merge;
+//  2. every CTA writes its partial (normalised fp32 output and {max, sum_exp} in natural-log
+//     units) at PartialIndex(split_idx, token, head) in the workspace; the others then
+//     publish it (a CTA barrier, then a release add of 1 << 16 by thread 0, no wait);
+//  3. the merging CTA waits (acquire loads) until the other num_splits - 1 have published,
+//     stores 0 back (nothing else touches the word in this launch: zero at rest) and merges
+//     the partials in fixed split order, so outputs are bitwise repeatable.
+// The merging CTA never waits on a CTA that has not finished its main loop, so the wait ends.
+// Counting in before the epilogue takes the count's round trip, and the release's wait for
+// the CTA's partial stores, off the last CTA's path (one acquire-release add after the
+// partials cost it both).
 // Offsets come only from workspace_layout.h (through the plan the launcher made).
 #ifndef SPLITKV_CUDA_SPLIT_MERGE_CUH_
 #define SPLITKV_CUDA_SPLIT_MERGE_CUH_
@@ -133,23 +144,41 @@ __device__ __forceinline__ void WriteRowResult(const AttentionKernelParams& p, R
   }
 }
 
-// Steps 2 and 3 for a CTA that has written all its partials. Every thread of the CTA calls it.
+__device__ __forceinline__ uint32_t* TileCounter(const AttentionKernelParams& p, int32_t request, int32_t kv_head,
+                                                 int32_t q_tile) {
+  return p.counters + TileCounterIndex(request, kv_head, q_tile, p.num_kv_heads, p.max_q_tiles);
+}
+
+inline constexpr uint32_t kPublishedOne = 1u << 16;
+
+// Step 1, called by every thread once the CTA's main loop is done: thread 0 counts the CTA
+// in and gets the word before its add (the ticket; 0 for the other threads).
+__device__ __forceinline__ uint32_t CountSplitIn(const AttentionKernelParams& p, int32_t request, int32_t kv_head,
+                                                 int32_t q_tile) {
+  return threadIdx.x == 0 ? AtomicAddRelaxedGpu(TileCounter(p, request, kv_head, q_tile), 1u) : 0u;
+}
+
+// Steps 2 (after the CTA wrote its partials) and 3. Every thread of the CTA calls it, with
+// the ticket CountSplitIn gave it.
 template <typename T, int kHeadDim>
 __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, int32_t kv_head, int32_t q_tile,
-                               int32_t token_begin, int32_t tile_rows) {
+                               int32_t token_begin, int32_t tile_rows, uint32_t ticket) {
   __shared__ int last_arrival;
-  // The barrier orders every thread's partial stores before thread 0's count; the count is a
-  // release (publishing them device-wide) and an acquire (seeing the other CTAs' partials,
-  // which the barrier below then orders before this CTA's reads): the pattern of CUTLASS's
-  // GenericBarrier. (A __threadfence in every thread before and after cost the last CTA
-  // about 1 us on the H200.)
+  // The barrier orders every thread's partial stores before thread 0's release (the pattern
+  // of CUTLASS's GenericBarrier); on the merging CTA, thread 0's acquire and the barrier
+  // below order the other CTAs' partials before this CTA's reads.
   __syncthreads();
   if (threadIdx.x == 0) {
-    uint32_t* counter = p.counters + TileCounterIndex(request, kv_head, q_tile, p.num_kv_heads, p.max_q_tiles);
-    const uint32_t arrived = AtomicAddAcqRelGpu(counter, 1u) + 1u;
-    const bool last = arrived == static_cast<uint32_t>(p.num_splits);
-    // Every split has arrived, so nothing else touches the counter in this launch: zero at rest.
-    if (last) atomicExch(counter, 0u);
+    uint32_t* counter = TileCounter(p, request, kv_head, q_tile);
+    const uint32_t others = static_cast<uint32_t>(p.num_splits) - 1u;
+    const bool last = (ticket & (kPublishedOne - 1u)) == others;
+    if (last) {
+      while (LoadAcquireGpu(counter) / kPublishedOne != others) {
+      }
+      atomicExch(counter, 0u);
+    } else {
+      RedAddReleaseGpu(counter, kPublishedOne);
+    }
     last_arrival = last;
   }
   __syncthreads();

@@ -36,9 +36,9 @@ def decode_kernel():
          "after"),
         ("#pragma unroll\n  for (int i = 0; i < 2; ++i) {\n    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);",
          "  TIMELINE_MARK(3);\n", "before"),
-        ("  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows);\n",
+        ("  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket);\n",
          "  TIMELINE_MARK(4);\n", "before"),
-        ("  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows);\n",
+        ("  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket);\n",
          "  TIMELINE_MARK(5);\n", "after"),
     ]
     for anchor, text, where in marks:
