@@ -6,11 +6,14 @@
 //   [0, kCounterRegionBytes)            counter region: uint32 split counters (semaphores),
 //                                       one per work tile; zero at rest.
 //   [softmax_offset, +softmax_bytes)    softmax stats: float2 {max, sum_exp} per
-//                                       (split_idx, q token, qo head); `max` is the largest
+//                                       (q token, qo head, split_idx); `max` is the largest
 //                                       scaled logit (natural-log units), `sum_exp` is
 //                                       sum_j exp(logit_j - max) over the split's keys.
 //   [scratch_offset, +scratch_bytes)    scratch: float32 partial output, normalised by its
-//                                       split's sum_exp, per (split_idx, q token, qo head, d).
+//                                       split's sum_exp, per (q token, qo head, split_idx, d).
+//
+// The split index runs fastest (PartialIndex), so one row's partials, and a GQA group's
+// rows of one token, are one contiguous run that the merging CTA fetches with one copy.
 //
 // Invariants (README.md, "The workspace contract"): the counter region is always bytes [0, kCounterRegionBytes)
 // whatever the call (nothing whose size depends on the call is placed before it); each
@@ -48,7 +51,7 @@ inline constexpr int64_t kCounterBytes = 4;
 inline constexpr int64_t kMaxCounters = kCounterRegionBytes / kCounterBytes;
 // The workspace base must be this aligned (bytes); every region starts on this alignment.
 inline constexpr int64_t kWorkspaceAlignment = 256;
-// Bytes of softmax stats per (split, q token, qo head): float2 {max, sum_exp}.
+// Bytes of softmax stats per (q token, qo head, split): float2 {max, sum_exp}.
 inline constexpr int64_t kSoftmaxStatBytes = 8;
 // Bytes of scratch per element of a partial output (float32).
 inline constexpr int64_t kScratchElementBytes = 4;
@@ -102,11 +105,12 @@ constexpr int64_t RequiredWorkspaceBytes(const LayoutShape& shape, int64_t num_s
   return ComputeWorkspaceLayout(shape, num_splits).required_bytes;
 }
 
-// Element index of a partial (split_idx, q token, qo head) in the softmax-stat region (in
-// float2 units) and, times head_dim, in the scratch region (in float units).
-constexpr int64_t PartialIndex(const LayoutShape& shape, int64_t split_idx, int64_t q_token,
+// Element index of a partial (q token, qo head, split_idx) of a call with `num_splits`
+// splits in the softmax-stat region (in float2 units) and, times head_dim, in the scratch
+// region (in float units).
+constexpr int64_t PartialIndex(const LayoutShape& shape, int64_t num_splits, int64_t split_idx, int64_t q_token,
                                int64_t qo_head) {
-  return (split_idx * shape.total_q + q_token) * shape.num_qo_heads + qo_head;
+  return (q_token * shape.num_qo_heads + qo_head) * num_splits + split_idx;
 }
 
 // A work tile is (request, kv head, query tile of rows); its counter index in the counter

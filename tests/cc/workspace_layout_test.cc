@@ -137,7 +137,7 @@ TEST(PartialIndexFillsTheStatAndScratchRegionsOnce) {
   for (int64_t s = 0; s < num_splits; ++s) {
     for (int64_t t = 0; t < shape.total_q; ++t) {
       for (int64_t h = 0; h < shape.num_qo_heads; ++h) {
-        const int64_t i = splitkv::PartialIndex(shape, s, t, h);
+        const int64_t i = splitkv::PartialIndex(shape, num_splits, s, t, h);
         if (i < 0 || i >= static_cast<int64_t>(seen.size())) {
           in_range = false;
           continue;

@@ -370,7 +370,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   for (int64_t t = 0; t < tile.num_tokens; ++t) {
     for (int64_t g = 0; g < group; ++g) {
       const int64_t r = t * group + g;
-      const int64_t index = PartialIndex(shape, split_idx, tile.token_begin + t, tile.kv_head * group + g);
+      const int64_t index = PartialIndex(shape, num_splits, split_idx, tile.token_begin + t, tile.kv_head * group + g);
       const float sum = s.row_sum[r];
       stats[index] = SoftmaxStat{sum != 0.0f ? s.row_max[r] : kNegInf, sum};
       const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
@@ -391,13 +391,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       const int64_t head = tile.kv_head * group + g;
       float global_max = kNegInf;
       for (int64_t sp = 0; sp < num_splits; ++sp) {
-        const SoftmaxStat st = stats[PartialIndex(shape, sp, token, head)];
+        const SoftmaxStat st = stats[PartialIndex(shape, num_splits, sp, token, head)];
         if (st.sum_exp != 0.0f) global_max = NanMax(global_max, st.max);
       }
       float total = 0.0f;
       std::fill(merged.begin(), merged.end(), 0.0f);
       for (int64_t sp = 0; sp < num_splits; ++sp) {
-        const int64_t index = PartialIndex(shape, sp, token, head);
+        const int64_t index = PartialIndex(shape, num_splits, sp, token, head);
         const SoftmaxStat st = stats[index];
         // A split without a finite logit still merges with weight 0: its partial is 0, or
         // NaN where a visible value was not finite, which must not depend on num_splits.

@@ -126,16 +126,26 @@ __device__ __forceinline__ void TensorCopy3dToShared(void* smem, const CUtensorM
 #endif
 }
 
+// An L2 cache policy for data read once: its lines are the first evicted.
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
+  return policy;
+}
+
 // A 4-D box of a tensor map (coordinates in elements, c0 innermost) into shared memory by the
-// copy engine; completion is counted on `bar` in bytes (the whole box, including any part
-// past the tensor's bounds, which arrives as zeros).
+// copy engine, with L2 cache policy `policy` (EvictFirstPolicy); completion is counted on
+// `bar` in bytes (the whole box, including any part past the tensor's bounds, which arrives
+// as zeros).
 __device__ __forceinline__ void TensorCopy4dToShared(void* smem, const CUtensorMap* map, uint64_t* bar, int32_t c0,
-                                                     int32_t c1, int32_t c2, int32_t c3) {
+                                                     int32_t c1, int32_t c2, int32_t c3, uint64_t policy) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
-      "[%6];\n" ::"r"(SharedAddress(smem)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(SharedAddress(bar))
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3, %4, %5}], [%6], %7;\n" ::"r"(SharedAddress(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(SharedAddress(bar)), "l"(policy)
       : "memory");
 #else
   __trap();
@@ -154,6 +164,14 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 __device__ __forceinline__ void FenceProxyAsyncShared() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Orders this thread's earlier generic-proxy accesses of global memory (and those it
+// acquired from other threads) before its later copy-engine (async-proxy) accesses.
+__device__ __forceinline__ void FenceProxyAsyncGlobal() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif
 }
 

@@ -6,7 +6,7 @@
 //     relaxed atomicAdd whose round trip overlaps the epilogue); the CTA that counts in last
 //     (it sees num_splits - 1 before it) will merge;
 //  2. every CTA writes its partial (normalised fp32 output and {max, sum_exp} in natural-log
-//     units) at PartialIndex(split_idx, token, head) in the workspace; the others then
+//     units) at PartialIndex(token, head, split_idx) in the workspace; the others then
 //     publish it (a CTA barrier, then a release add of 1 << 16 by thread 0, no wait);
 //  3. the merging CTA waits (acquire loads) until the other num_splits - 1 have published,
 //     stores 0 back (nothing else touches the word in this launch: zero at rest) and merges
@@ -136,7 +136,7 @@ __device__ __forceinline__ void WriteRowResult(const AttentionKernelParams& p, R
       p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = seen ? m + logf(l) : SPLITKV_NEG_INF;
     }
   } else {
-    const int64_t index = PartialIndex(p.layout_shape, split_idx, at.token, at.head);
+    const int64_t index = PartialIndex(p.layout_shape, p.num_splits, split_idx, at.token, at.head);
     StoreFloats<kElems>(p.partials + index * kHeadDim + lane * kElems, o, inv);
     if (lane == 0) {
       *reinterpret_cast<float2*>(p.stats + 2 * index) = make_float2(seen ? m : SPLITKV_NEG_INF, l);
@@ -158,12 +158,91 @@ __device__ __forceinline__ uint32_t CountSplitIn(const AttentionKernelParams& p,
   return threadIdx.x == 0 ? AtomicAddRelaxedGpu(TileCounter(p, request, kv_head, q_tile), 1u) : 0u;
 }
 
+// Whether MergeFromShared can merge this tile: at most 32 splits whose partial rows fit in
+// `scratch_bytes` of shared memory.
+template <int kHeadDim>
+__device__ __forceinline__ bool FitsSharedMerge(const AttentionKernelParams& p, int32_t tile_rows,
+                                                int32_t scratch_bytes) {
+  return p.num_splits <= 32 && int64_t{p.num_splits} * tile_rows * kHeadDim * 4 <= scratch_bytes;
+}
+
+// Step 3's sums from shared memory (sm_90): the copy engine brings the tile's partial rows
+// into `scratch`, completing on `bar`, while the warps load the stats and weigh the splits.
+// The split index runs fastest in the workspace (PartialIndex), so a query token's group of
+// rows, every split of each, is one contiguous run: one bulk copy per token, landing as
+// [row][split][kHeadDim] floats. On the H200 the last CTA's register loads of 31 partials
+// took 2.6 us (1 x 32k), one copy per split 1.1 us to issue, one per token 0.3. The sums are
+// the same, in the same order, so the result is bitwise that of the register path. Needs
+// FitsSharedMerge; thread 0 has set up `bar` and fenced the proxies.
+template <typename T, int kHeadDim>
+__device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head, int32_t token_begin,
+                                int32_t tile_rows, float* scratch, uint64_t* bar) {
+  constexpr int kElems = kHeadDim / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int num_splits = p.num_splits, group = p.group_size, num_tokens = tile_rows / group;
+  if (warp == 0) {
+    const uint32_t run_bytes = static_cast<uint32_t>(group * num_splits) * kHeadDim * 4;
+    if (lane == 0) MbarrierArriveExpectTx(bar, static_cast<uint32_t>(num_tokens) * run_bytes);
+    __syncwarp();
+    for (int t = lane; t < num_tokens; t += 32) {
+      const int64_t index = PartialIndex(p.layout_shape, num_splits, 0, token_begin + t, kv_head * group);
+      BulkCopyToShared(scratch + t * group * num_splits * kHeadDim, p.partials + index * kHeadDim, run_bytes, bar);
+    }
+  }
+  const auto* stats = reinterpret_cast<const float2*>(p.stats);
+  for (int row = warp; row < tile_rows; row += kThreads / 32) {
+    const RowTarget at = TileRowTarget(p, token_begin, kv_head, row);
+    const float2 st = lane < num_splits ? __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, lane, at.token, at.head))
+                                        : make_float2(SPLITKV_NEG_INF, 0.0f);
+    const float global_max = WarpMax(st.y > 0.0f ? st.x : SPLITKV_NEG_INF);
+    const float weight =
+        global_max != SPLITKV_NEG_INF && st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
+    const float total = WarpSum(weight);
+    MbarrierWait(bar, 0);
+    float merged[kElems];
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) merged[e] = 0.0f;
+    // Four splits' weights and rows are fetched before their sums, so the shuffle and
+    // shared-load latencies overlap (one at a time: 0.9 us for 31 splits on the H200, 0.65
+    // this way). An empty split (weight 0) contributes nothing, as in the register path.
+    for (int s0 = 0; s0 < num_splits; s0 += 4) {
+      float w[4], part[4][kElems];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        w[u] = __shfl_sync(0xffffffffu, weight, (s0 + u) & 31);
+        LoadFloats<kElems, false>(part[u], scratch + (row * num_splits + min(s0 + u, num_splits - 1)) * kHeadDim +
+                                               lane * kElems);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (s0 + u >= num_splits || w[u] == 0.0f) continue;
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) merged[e] += w[u] * part[u][e];
+      }
+    }
+    const bool seen = total > 0.0f;
+    T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
+    StoreRow<T, kElems>(dst, merged, seen ? 1.0f / total : 0.0f, p.out_vec);
+    if (lane == 0 && p.lse != nullptr) {
+      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] =
+          seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+    }
+  }
+}
+
 // Steps 2 (after the CTA wrote its partials) and 3. Every thread of the CTA calls it, with
-// the ticket CountSplitIn gave it.
+// the ticket CountSplitIn gave it. `scratch` (nullptr: none) is shared memory the CTA no
+// longer needs, `scratch_bytes` long, 16-byte aligned; kernels that run only on sm_90 pass it
+// so a tile that fits merges from shared memory (MergeFromShared).
 template <typename T, int kHeadDim>
 __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, int32_t kv_head, int32_t q_tile,
-                               int32_t token_begin, int32_t tile_rows, uint32_t ticket) {
+                               int32_t token_begin, int32_t tile_rows, uint32_t ticket, float* scratch = nullptr,
+                               int32_t scratch_bytes = 0) {
   __shared__ int last_arrival;
+  __shared__ uint64_t merge_full;
+  const bool shared_merge = scratch != nullptr && FitsSharedMerge<kHeadDim>(p, tile_rows, scratch_bytes);
+  // The copy engine may rewrite bytes this CTA last accessed through the generic proxy.
+  if (shared_merge) FenceProxyAsyncShared();
   // The barrier orders every thread's partial stores before thread 0's release (the pattern
   // of CUTLASS's GenericBarrier); on the merging CTA, thread 0's acquire and the barrier
   // below order the other CTAs' partials before this CTA's reads.
@@ -176,6 +255,11 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
       while (LoadAcquireGpu(counter) / kPublishedOne != others) {
       }
       atomicExch(counter, 0u);
+      if (shared_merge) {
+        FenceProxyAsyncGlobal();  // the acquired partials are read by the copy engine
+        MbarrierInit(&merge_full, 1);
+        FenceMbarrierInit();
+      }
     } else {
       RedAddReleaseGpu(counter, kPublishedOne);
     }
@@ -183,6 +267,10 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
   }
   __syncthreads();
   if (!last_arrival) return;
+  if (shared_merge) {
+    MergeFromShared<T, kHeadDim>(p, kv_head, token_begin, tile_rows, scratch, &merge_full);
+    return;
+  }
 
   constexpr int kElems = kHeadDim / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -200,19 +288,19 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         if (u < count) {
-          const int64_t index = PartialIndex(p.layout_shape, first_split + u, at.token, at.head);
+          const int64_t index = PartialIndex(p.layout_shape, p.num_splits, first_split + u, at.token, at.head);
           LoadFloats<kElems, true>(part[u], p.partials + index * kHeadDim + lane * kElems);
         }
       }
     };
     // Lane k holds the stats of splits k, k + 32, ...; the first group's stay in registers.
-    const float2 first = lane < num_splits ? __ldcg(stats + PartialIndex(p.layout_shape, lane, at.token, at.head))
+    const float2 first = lane < num_splits ? __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, lane, at.token, at.head))
                                            : make_float2(SPLITKV_NEG_INF, 0.0f);
     float part[kBatch][kElems];
     load_batch(part, 0, min(kBatch, num_splits));
     float global_max = first.y > 0.0f ? first.x : SPLITKV_NEG_INF;
     for (int s = lane + 32; s < num_splits; s += 32) {
-      const float2 st = __ldcg(stats + PartialIndex(p.layout_shape, s, at.token, at.head));
+      const float2 st = __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, s, at.token, at.head));
       if (st.y > 0.0f) global_max = fmaxf(global_max, st.x);
     }
     global_max = WarpMax(global_max);
@@ -226,7 +314,7 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
         float weight = 0.0f;
         if (lane < count) {
           const float2 st =
-              base == 0 ? first : __ldcg(stats + PartialIndex(p.layout_shape, base + lane, at.token, at.head));
+              base == 0 ? first : __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, base + lane, at.token, at.head));
           if (st.y > 0.0f) weight = st.y * exp2f((st.x - global_max) * kLog2e);
         }
         total += weight;

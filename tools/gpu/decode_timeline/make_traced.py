@@ -36,10 +36,9 @@ def decode_kernel():
          "after"),
         ("#pragma unroll\n  for (int i = 0; i < 2; ++i) {\n    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);",
          "  TIMELINE_MARK(3);\n", "before"),
-        ("  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket);\n",
-         "  TIMELINE_MARK(4);\n", "before"),
-        ("  if (p.num_splits > 1) ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket);\n",
-         "  TIMELINE_MARK(5);\n", "after"),
+        ("  // The stages and Q are free now: the tile's merge may use them.\n", "  TIMELINE_MARK(4);\n", "before"),
+        ("                         static_cast<int32_t>(S::kSmemBytes - S::kAlign));\n  }\n", "  TIMELINE_MARK(5);\n",
+         "after"),
     ]
     for anchor, text, where in marks:
         src = _edit(src, anchor, text, where)
@@ -53,6 +52,8 @@ def split_merge():
         ("  if (threadIdx.x == 0) {\n    uint32_t* counter", "  TIMELINE_MARK(6);\n", "before"),
         ("  if (!last_arrival) return;\n", "  TIMELINE_MARK(7);\n", "after"),
         ("      total = WarpSum(total);\n    }\n", "    TIMELINE_MARK(8);\n", "after"),
+        ("        for (int e = 0; e < kElems; ++e) merged[e] += w[u] * part[u][e];\n      }\n    }\n", "    TIMELINE_MARK(8);\n",
+         "after"),
     ]
     for anchor, text, where in marks:
         src = _edit(src, anchor, text, where)
