@@ -18,6 +18,7 @@ struct BackendTraits {
   int64_t num_workers = 1;         // parallel workers the heuristic fills
   int64_t min_keys_per_split = 256;
   int64_t max_splits = 64;
+  int64_t split_block_keys = 64;   // keys the kernels' main loop takes at a time
 };
 
 namespace cpu {

@@ -151,6 +151,7 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.num_workers = traits.num_workers;
   request.min_keys_per_split = traits.min_keys_per_split;
   request.max_splits = traits.max_splits;
+  request.split_block_keys = traits.split_block_keys;
   request.forced_num_splits = options.num_splits;
   request.workspace_bytes = workspace.bytes;
   return PlanSplits(request);

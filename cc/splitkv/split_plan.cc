@@ -8,7 +8,7 @@
 namespace splitkv {
 
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
-                           int64_t min_keys_per_split, int64_t max_splits) {
+                           int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys) {
   if (num_tiles <= 0 || num_workers <= 0) return 1;
   // Enough tiles to keep (almost) every worker busy: splitting only adds merge work.
   if (num_tiles * 10 >= num_workers * 8) return 1;
@@ -21,10 +21,16 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   };
   double best = 0.0;
   for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
+  // The wave model's time of s splits: waves x key blocks in the longest split.
+  const int64_t blocks = std::max<int64_t>(1, (max_kv_len + std::max<int64_t>(1, split_block_keys) - 1) /
+                                                  std::max<int64_t>(1, split_block_keys));
+  auto cost = [&](int64_t s) { return (num_tiles * s + num_workers - 1) / num_workers * ((blocks + s - 1) / s); };
+  int64_t chosen = 1;
+  bool found = false;
   for (int64_t s = 1; s <= limit; ++s) {
-    if (efficiency(s) >= 0.95 * best) return s;
+    if (efficiency(s) >= 0.95 * best && (!found || cost(s) < cost(chosen))) chosen = s, found = true;
   }
-  return 1;
+  return chosen;
 }
 
 namespace {
@@ -86,7 +92,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     plan.num_splits = s;
   } else {
     int64_t s = NumSplitsHeuristic(plan.num_tiles, r.num_workers, r.max_kv_len,
-                                   r.min_keys_per_split, r.max_splits);
+                                   r.min_keys_per_split, r.max_splits, r.split_block_keys);
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }

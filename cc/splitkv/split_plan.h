@@ -1,12 +1,15 @@
 // Split-KV planning: how many splits a call uses, and which keys each split covers.
 //
 // The heuristic follows the idea of FlashAttention 3's num_splits_heuristic (hopper/
-// heuristics.h): split only when the tiles alone would leave workers idle, and pick the
-// smallest split count whose last wave is at least 95% as full as the best one. Example:
-// 8 tiles on 264 workers (132 SMs x 2 CTAs) with 32k keys: 1 split fills 3% of them; 33
-// splits give 264 CTAs (100%), 32 give 256 (97%), so 32. FlashAttention's 85% would take
-// 29 (232 CTAs): the GPU decode kernel is bound by each SM's issue rate, so the SMs holding
-// two CTAs would set the kernel's time while 32 worker slots idle.
+// heuristics.h): split only when the tiles alone would leave workers idle, and consider the
+// split counts whose last wave is at least 95% as full as the best one. Among those it takes
+// the count whose grid the wave model finishes first, waves x key blocks in a split (the
+// kernels walk keys in blocks of split_block_keys, so a split of 16.5 blocks costs 17), the
+// smallest count on a tie. Examples: 8 tiles on 264 workers (132 SMs x 2 CTAs) with 32k keys
+// (512 blocks of 64): 32 splits (97% full, 16 blocks each) and 33 (100%, 16 blocks) tie, so
+// 32; FlashAttention's 85% would take 29 (232 CTAs). On 396 workers (3 CTAs an SM) at most
+// 32 splits: 31 (the smallest within 95%) costs 17 blocks, 32 costs 16, so 32 (1.3% faster
+// on the H200 than 31).
 #ifndef SPLITKV_SPLIT_PLAN_H_
 #define SPLITKV_SPLIT_PLAN_H_
 
@@ -33,6 +36,7 @@ struct SplitPlanRequest {
   int64_t num_workers = 1;    // CPU threads x oversubscription, or GPU SMs x CTAs per SM
   int64_t min_keys_per_split = 256;  // never split below this many keys
   int64_t max_splits = 64;
+  int64_t split_block_keys = 64;     // keys the kernel's main loop takes at a time
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size
 };
@@ -46,7 +50,7 @@ struct SplitPlan {
 
 // The split count that best fills `num_workers` (ignores the workspace size).
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
-                           int64_t min_keys_per_split, int64_t max_splits);
+                           int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys = 64);
 
 // Chooses num_splits and the workspace layout. A chosen count is lowered until the
 // workspace holds it (1 split needs only the counter region, and no counters). Throws

@@ -65,6 +65,17 @@ TEST(HeuristicSplitsBatchOneLongKv) {
   EXPECT_GT(NumSplitsHeuristic(1, 8, 4096, 256, 64), int64_t{1});
 }
 
+TEST(HeuristicPrefersSplitsOfWholeBlocks) {
+  // 8 tiles on 396 workers (132 SMs x 3 CTAs), 32k keys in blocks of 64, at most 32 splits:
+  // 31 splits are within 95% of the best wave but cost 17 blocks each; 32 cost 16.
+  EXPECT_EQ(int64_t{32}, NumSplitsHeuristic(8, 396, 32768, 256, 32, 64));
+  // Counted in single keys the tie-break still prefers 32 (1024 keys against 1058).
+  EXPECT_EQ(int64_t{32}, NumSplitsHeuristic(8, 396, 32768, 256, 32, 1));
+  // 128 tiles of 4096 keys: 3 splits (one wave of 384, 22 blocks) tie with 6 (two waves of
+  // 11 blocks): the smaller count wins.
+  EXPECT_EQ(int64_t{3}, NumSplitsHeuristic(128, 396, 4096, 256, 32, 64));
+}
+
 TEST(HeuristicNeverExceedsItsLimits) {
   int64_t checked = 0, bad = 0;
   for (int64_t tiles = 1; tiles <= 40; ++tiles) {

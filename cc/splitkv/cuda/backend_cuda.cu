@@ -142,6 +142,8 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   traits.num_workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
   traits.min_keys_per_split = 256;
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;
+  traits.split_block_keys = tile.kind == TileKind::kDecode ? DecodeBlockKeys(static_cast<int>(head_dim))
+                                                           : PrefillBlockKeys(static_cast<int>(head_dim));
   return traits;
 }
 
@@ -179,10 +181,11 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
     maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
   }
   auto stream = static_cast<cudaStream_t>(p.stream);
+  const int64_t workers = WorkersPerDevice(tile.kind, p.head_dim, kPagedOp);
   switch (p.head_dim) {
-    case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, stream, kPagedOp);
-    case 128: return LaunchPaged<128>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, stream, kPagedOp);
-    case 256: return LaunchPaged<256>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, stream, kPagedOp);
+    case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
+    case 128: return LaunchPaged<128>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
+    case 256: return LaunchPaged<256>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
     default:
       throw UnsupportedError(std::string(kPagedOp) + ": head_dim not supported on cuda: expected 64, 128 or 256, got " +
                              std::to_string(p.head_dim));

@@ -39,7 +39,7 @@ constexpr int PrefillBlockKeys(int head_dim) { return head_dim >= 256 ? 32 : 64;
 // (head_dim 256 at three stages would exceed sm_80's 163 KiB per CTA).
 constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // The sm_90 bulk-copy decode kernel (decode_kernel.cuh): 3 stages (2 CTAs an SM at d 128)
-// for unsplit grids; split grids run 2 stages (3 CTAs an SM), and the planner counts workers
+// for unsplit grids; split grids of one wave run 2 stages (3 CTAs an SM), and the planner counts workers
 // at 3 an SM. 2 stages everywhere lost 10 % at 64 x 4096 (512 tiles, 1.3 waves unsplit); a
 // grid the planner splits has short CTAs, whose fixed cost (prologue, epilogue, counter) a
 // third resident CTA hides (H200, docs/perf_log.md 2026-11-30).
