@@ -6,14 +6,15 @@
 //   [0, kCounterRegionBytes)            counter region: uint32 split counters (semaphores),
 //                                       one per work tile; zero at rest.
 //   [softmax_offset, +softmax_bytes)    softmax stats: float2 {max, sum_exp} per
-//                                       (q token, qo head, split_idx); `max` is the largest
+//                                       (split_idx, q token, qo head); `max` is the largest
 //                                       scaled logit (natural-log units), `sum_exp` is
 //                                       sum_j exp(logit_j - max) over the split's keys.
 //   [scratch_offset, +scratch_bytes)    scratch: float32 partial output, normalised by its
-//                                       split's sum_exp, per (q token, qo head, split_idx, d).
+//                                       split's sum_exp, per (split_idx, q token, qo head, d).
 //
-// The split index runs fastest (PartialIndex), so one row's partials, and a GQA group's
-// rows of one token, are one contiguous run that the merging CTA fetches with one copy.
+// In both, the split index runs fastest (then head_dim in scratch; PartialIndex), so one
+// row's partials, and a GQA group's rows of one token, are one contiguous run that the
+// merging CTA fetches with one copy.
 //
 // Invariants (README.md, "The workspace contract"): the counter region is always bytes [0, kCounterRegionBytes)
 // whatever the call (nothing whose size depends on the call is placed before it); each
@@ -51,7 +52,7 @@ inline constexpr int64_t kCounterBytes = 4;
 inline constexpr int64_t kMaxCounters = kCounterRegionBytes / kCounterBytes;
 // The workspace base must be this aligned (bytes); every region starts on this alignment.
 inline constexpr int64_t kWorkspaceAlignment = 256;
-// Bytes of softmax stats per (q token, qo head, split): float2 {max, sum_exp}.
+// Bytes of softmax stats per (split, q token, qo head): float2 {max, sum_exp}.
 inline constexpr int64_t kSoftmaxStatBytes = 8;
 // Bytes of scratch per element of a partial output (float32).
 inline constexpr int64_t kScratchElementBytes = 4;

@@ -33,11 +33,11 @@ class WorkspaceLayout:
         The counter region, always ``0`` and ``COUNTER_REGION_BYTES``: uint32 split
         counters, zero whenever no call is running.
     softmax_offset, softmax_bytes : int
-        Softmax stats (float32 max and sum of exponentials) per (q token, qo head, split);
-        ``softmax_bytes`` is 0 with one split.
+        Softmax stats (float32 max and sum of exponentials) per (split, q token, qo head),
+        the split index fastest; ``softmax_bytes`` is 0 with one split.
     scratch_offset, scratch_bytes : int
-        float32 partial outputs per (q token, qo head, split, head_dim element); 0 bytes
-        with one split.
+        float32 partial outputs per (split, q token, qo head, head_dim element), the split
+        index fastest after head_dim; 0 bytes with one split.
     required_bytes : int
         Bytes the call needs: the end of the last region, rounded up to
         ``WORKSPACE_ALIGNMENT``.
