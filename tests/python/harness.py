@@ -30,10 +30,20 @@ LSE_TOLERANCE = (1e-4, 2e-5)
 DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
+# Marks of the running test, set before each test by tests/python/conftest.py (None where no
+# conftest records them).
+CURRENT_TEST_MARKS = None
+
+
 def require(device, dtype=None, head_dim=None, backend=True):
     """Skips what a device cannot run: no GPU, a CPU-only build (when the test launches
-    attention: backend=True), CPU-only dtypes and head_dims."""
+    attention: backend=True), CPU-only dtypes and head_dims. A test that needs CUDA without
+    the `gpu` mark fails here, on any machine: `pytest -m gpu` (the GPU run) would never
+    select it, and elsewhere it would only ever skip."""
     if device == "cuda":
+        if CURRENT_TEST_MARKS is not None and "gpu" not in CURRENT_TEST_MARKS:
+            pytest.fail("this test needs CUDA but has no gpu mark, so `pytest -m gpu` never runs it: "
+                        "add @pytest.mark.gpu (or parametrize over harness.DEVICES)")
         if not torch.cuda.is_available():
             pytest.skip("no CUDA device")
         if backend and not splitkv.cuda_backend_available():
@@ -74,6 +84,22 @@ def assert_bitwise_equal(a, b):
 def assert_counter_region_zero(workspace):
     workspace.check_counter_region()
     assert int(workspace.counter_region().count_nonzero()) == 0
+
+
+def run_and_check(problem, workspace, options, poison_out=False, **run_options):
+    """Runs `problem` with the attention `options` (which the float64 reference gets too)
+    and `run_options` (num_splits, ...), into a NaN-poisoned `out` when `poison_out` (every
+    element must be written, and the result is that tensor), and asserts the output, the
+    LSE and a zero counter region. Returns (out, lse)."""
+    out = torch.full_like(problem.q, float("nan")) if poison_out else None
+    got, lse = problem.run(workspace, return_lse=True, out=out, **run_options, **options)
+    if out is not None:
+        assert got is out
+    expected, expected_lse = problem.reference(**options)
+    assert_close(got, expected, problem.dtype)
+    assert_lse_close(lse, expected_lse)
+    assert_counter_region_zero(workspace)
+    return got, lse
 
 
 def assert_plan_keeps_counter_region(plan):

@@ -50,15 +50,7 @@ def _require():
 
 def _run_and_check(problem, options, poison_out):
     workspace = harness.shared_workspace("cuda")
-    out = torch.full_like(problem.q, float("nan")) if poison_out else None
-    got, lse = problem.run(workspace, num_splits=1, return_lse=True, out=out, **options)
-    if out is not None:
-        assert got is out
-    expected, expected_lse = problem.reference(**options)
-    harness.assert_close(got, expected, problem.dtype)
-    harness.assert_lse_close(lse, expected_lse)
-    harness.assert_counter_region_zero(workspace)
-    return got, lse
+    return harness.run_and_check(problem, workspace, options, poison_out, num_splits=1)
 
 
 @pytest.mark.parametrize("case", CASES, ids=harness.case_id)

@@ -49,15 +49,7 @@ def test_matches_reference(device, case):
         assert plan.num_splits == case["num_splits"]
     harness.assert_plan_keeps_counter_region(plan)
 
-    out = torch.full_like(problem.q, float("nan")) if case["out"] else None
-    got, lse = problem.run(workspace, num_splits=case["num_splits"], return_lse=True, out=out,
-                           **options)
-    if out is not None:
-        assert got is out
-    expected, expected_lse = problem.reference(**options)
-    harness.assert_close(got, expected, problem.dtype)
-    harness.assert_lse_close(lse, expected_lse)
-    harness.assert_counter_region_zero(workspace)
+    harness.run_and_check(problem, workspace, options, case["out"], num_splits=case["num_splits"])
 
 
 @pytest.mark.parametrize("device", DEVICES)
