@@ -214,6 +214,7 @@ def test_one_workspace_two_streams_serialized():
     harness.assert_counter_region_zero(workspace)
 
 
+@pytest.mark.gpu
 def test_two_streams_one_thread_run_together():
     # One thread queues calls on two streams without syncing in between, each stream with
     # its own workspace; the GPU may run them at once. Every result is the serial bits.

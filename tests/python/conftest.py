@@ -15,6 +15,8 @@ import pathlib
 import sys
 import sysconfig
 
+import pytest
+
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -55,3 +57,11 @@ _make_reference_importable()
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU and a splitkv built with --config=cuda")
+
+
+@pytest.fixture(autouse=True)
+def _record_marks(request):
+    """Tells harness.require which marks the running test carries."""
+    import harness  # imported late: it imports splitkv, made importable above
+
+    harness.CURRENT_TEST_MARKS = {mark.name for mark in request.node.iter_markers()}
