@@ -174,7 +174,8 @@ __device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p,
     VisibleKeys(p, t.q_len, kv_len, t.first + i, lo, hi);
     if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
   }
-  const KeyRange range = SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, static_cast<int>(blockIdx.y), granule);
+  const KeyRange range =
+      SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, static_cast<int>(blockIdx.y), granule);
   SplitKeys keys;
   keys.begin = static_cast<int>(range.begin);
   keys.end = static_cast<int>(range.end);

@@ -158,6 +158,22 @@ __device__ __forceinline__ uint32_t CountSplitIn(const AttentionKernelParams& p,
   return threadIdx.x == 0 ? AtomicAddRelaxedGpu(TileCounter(p, request, kv_head, q_tile), 1u) : 0u;
 }
 
+// A merged row as the final output (WriteRowResult's one-split semantics): `merged` is the
+// lane's kElems elements weighted by exp(max - global_max) * sum_exp, `total` their weights'
+// sum (0: no split saw a key).
+template <typename T, int kElems>
+__device__ __forceinline__ void StoreMergedRow(const AttentionKernelParams& p, RowTarget at,
+                                               const float (&merged)[kElems], float global_max, float total) {
+  const int lane = threadIdx.x % 32;
+  const bool seen = total > 0.0f;
+  T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
+  StoreRow<T, kElems>(dst, merged, seen ? 1.0f / total : 0.0f, p.out_vec);
+  if (lane == 0 && p.lse != nullptr) {
+    p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] =
+        seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+  }
+}
+
 // Whether MergeFromShared can merge this tile: at most 32 splits whose partial rows fit in
 // `scratch_bytes` of shared memory.
 template <int kHeadDim>
@@ -192,8 +208,9 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
   const auto* stats = reinterpret_cast<const float2*>(p.stats);
   for (int row = warp; row < tile_rows; row += kThreads / 32) {
     const RowTarget at = TileRowTarget(p, token_begin, kv_head, row);
-    const float2 st = lane < num_splits ? __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, lane, at.token, at.head))
-                                        : make_float2(SPLITKV_NEG_INF, 0.0f);
+    const float2 st = lane < num_splits
+                          ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
+                          : make_float2(SPLITKV_NEG_INF, 0.0f);
     const float global_max = WarpMax(st.y > 0.0f ? st.x : SPLITKV_NEG_INF);
     const float weight =
         global_max != SPLITKV_NEG_INF && st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
@@ -220,13 +237,7 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
         for (int e = 0; e < kElems; ++e) merged[e] += w[u] * part[u][e];
       }
     }
-    const bool seen = total > 0.0f;
-    T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
-    StoreRow<T, kElems>(dst, merged, seen ? 1.0f / total : 0.0f, p.out_vec);
-    if (lane == 0 && p.lse != nullptr) {
-      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] =
-          seen ? global_max + logf(total) : SPLITKV_NEG_INF;
-    }
+    StoreMergedRow<T, kElems>(p, at, merged, global_max, total);
   }
 }
 
@@ -288,19 +299,20 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         if (u < count) {
-          const int64_t index = PartialIndex(p.layout_shape, p.num_splits, first_split + u, at.token, at.head);
+          const int64_t index = PartialIndex(p.layout_shape, num_splits, first_split + u, at.token, at.head);
           LoadFloats<kElems, true>(part[u], p.partials + index * kHeadDim + lane * kElems);
         }
       }
     };
     // Lane k holds the stats of splits k, k + 32, ...; the first group's stay in registers.
-    const float2 first = lane < num_splits ? __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, lane, at.token, at.head))
-                                           : make_float2(SPLITKV_NEG_INF, 0.0f);
+    const float2 first = lane < num_splits
+                             ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
+                             : make_float2(SPLITKV_NEG_INF, 0.0f);
     float part[kBatch][kElems];
     load_batch(part, 0, min(kBatch, num_splits));
     float global_max = first.y > 0.0f ? first.x : SPLITKV_NEG_INF;
     for (int s = lane + 32; s < num_splits; s += 32) {
-      const float2 st = __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, s, at.token, at.head));
+      const float2 st = __ldcg(stats + PartialIndex(p.layout_shape, num_splits, s, at.token, at.head));
       if (st.y > 0.0f) global_max = fmaxf(global_max, st.x);
     }
     global_max = WarpMax(global_max);
@@ -313,8 +325,9 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
         const int count = min(32, num_splits - base);
         float weight = 0.0f;
         if (lane < count) {
-          const float2 st =
-              base == 0 ? first : __ldcg(stats + PartialIndex(p.layout_shape, p.num_splits, base + lane, at.token, at.head));
+          const float2 st = base == 0 ? first
+                                      : __ldcg(stats + PartialIndex(p.layout_shape, num_splits, base + lane,
+                                                                    at.token, at.head));
           if (st.y > 0.0f) weight = st.y * exp2f((st.x - global_max) * kLog2e);
         }
         total += weight;
@@ -331,14 +344,7 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
       }
       total = WarpSum(total);
     }
-    // Written as the final output: WriteRowResult with one split's semantics.
-    const bool seen = total > 0.0f;
-    T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
-    StoreRow<T, kElems>(dst, merged, seen ? 1.0f / total : 0.0f, p.out_vec);
-    if (lane == 0 && p.lse != nullptr) {
-      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] =
-          seen ? global_max + logf(total) : SPLITKV_NEG_INF;
-    }
+    StoreMergedRow<T, kElems>(p, at, merged, global_max, total);
   }
 }
 
