@@ -24,47 +24,51 @@ def _edit(src, anchor, text, where):
     return src.replace(anchor, anchor + text if where == "after" else text + anchor)
 
 
-def decode_kernel():
-    src = open(os.path.join(ROOT, "cc/splitkv/cuda/decode_kernel.cuh")).read()
-    src = src.replace("SPLITKV_CUDA_DECODE_KERNEL_CUH_", "TIMELINE_DECODE_KERNEL_CUH_")
-    marks = [
-        ("  T* const s_q = s_kv + 2 * S::kStages * S::kKvElems;\n", "  TIMELINE_MARK(0);\n", "after"),
-        ("  const int kv_len = kv.kv_len;\n", "  TIMELINE_MARK_AFTER(9, kv_len);\n", "after"),
-        ("  int next_page = page_for(0);\n", "  TIMELINE_MARK_AFTER(11, next_page);\n", "after"),
-        ("    if (b < num_blocks) load_kv(b, b);\n  }\n", "  TIMELINE_MARK(1);\n", "after"),
-        ("    MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);\n", "    if (block == 0) TIMELINE_MARK(2);\n",
-         "after"),
-        ("#pragma unroll\n  for (int i = 0; i < 2; ++i) {\n    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);",
-         "  TIMELINE_MARK(3);\n", "before"),
-        ("  // The stages and Q are free now: the tile's merge may use them.\n", "  TIMELINE_MARK(4);\n", "before"),
-        ("                         static_cast<int32_t>(S::kSmemBytes - S::kAlign));\n  }\n", "  TIMELINE_MARK(5);\n",
-         "after"),
-    ]
+def _traced(path, marks, renames=()):
+    """The file at `path` (from the repository root) with `renames` ((old, new) pairs) and
+    `marks` ((anchor line, mark text, "before" or "after") triples) applied."""
+    src = open(os.path.join(ROOT, path)).read()
+    for old, new in renames:
+        src = src.replace(old, new)
     for anchor, text, where in marks:
         src = _edit(src, anchor, text, where)
     return src
 
 
-def split_merge():
-    src = open(os.path.join(ROOT, "cc/splitkv/cuda/split_merge.cuh")).read()
-    # Keeps the include guard: included first, it stands in for the original.
-    marks = [
-        ("  if (threadIdx.x == 0) {\n    uint32_t* counter", "  TIMELINE_MARK(6);\n", "before"),
-        ("  if (!last_arrival) return;\n", "  TIMELINE_MARK(7);\n", "after"),
-        ("      total = WarpSum(total);\n    }\n", "    TIMELINE_MARK(8);\n", "after"),
-        ("        for (int e = 0; e < kElems; ++e) merged[e] += w[u] * part[u][e];\n      }\n    }\n", "    TIMELINE_MARK(8);\n",
-         "after"),
-    ]
-    for anchor, text, where in marks:
-        src = _edit(src, anchor, text, where)
-    return src
+# The kernel gets its own include guard; the merge keeps its own, so that, included first,
+# it stands in for the original.
+_DECODE_KERNEL_MARKS = [
+    ("  T* const s_q = s_kv + 2 * S::kStages * S::kKvElems;\n", "  TIMELINE_MARK(0);\n", "after"),
+    ("  const int kv_len = kv.kv_len;\n", "  TIMELINE_MARK_AFTER(9, kv_len);\n", "after"),
+    ("  int next_page = page_for(0);\n", "  TIMELINE_MARK_AFTER(11, next_page);\n", "after"),
+    ("    if (b < num_blocks) load_kv(b, b);\n  }\n", "  TIMELINE_MARK(1);\n", "after"),
+    ("    MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);\n", "    if (block == 0) TIMELINE_MARK(2);\n",
+     "after"),
+    ("#pragma unroll\n  for (int i = 0; i < 2; ++i) {\n    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);",
+     "  TIMELINE_MARK(3);\n", "before"),
+    ("  // The stages and Q are free now: the tile's merge may use them.\n", "  TIMELINE_MARK(4);\n", "before"),
+    ("                         static_cast<int32_t>(S::kSmemBytes - S::kAlign));\n  }\n", "  TIMELINE_MARK(5);\n",
+     "after"),
+]
+_SPLIT_MERGE_MARKS = [
+    ("  if (threadIdx.x == 0) {\n    uint32_t* counter", "  TIMELINE_MARK(6);\n", "before"),
+    ("  if (!last_arrival) return;\n", "  TIMELINE_MARK(7);\n", "after"),
+    ("      total = WarpSum(total);\n    }\n", "    TIMELINE_MARK(8);\n", "after"),
+    ("        for (int e = 0; e < kElems; ++e) merged[e] += w[u] * part[u][e];\n      }\n    }\n", "    TIMELINE_MARK(8);\n",
+     "after"),
+]
 
 
 def main(argv):
     if len(argv) != 2:
         sys.exit("usage: make_traced.py OUT_DIR")
     os.makedirs(argv[1], exist_ok=True)
-    for name, text in (("decode_kernel_traced.cuh", decode_kernel()), ("split_merge_traced.cuh", split_merge())):
+    outputs = (
+        ("decode_kernel_traced.cuh", _traced("cc/splitkv/cuda/decode_kernel.cuh", _DECODE_KERNEL_MARKS,
+                                             [("SPLITKV_CUDA_DECODE_KERNEL_CUH_", "TIMELINE_DECODE_KERNEL_CUH_")])),
+        ("split_merge_traced.cuh", _traced("cc/splitkv/cuda/split_merge.cuh", _SPLIT_MERGE_MARKS)),
+    )
+    for name, text in outputs:
         with open(os.path.join(argv[1], name), "w") as f:
             f.write(text)
 
