@@ -74,6 +74,21 @@ int main(int argc, char** argv) {
   splitkv::PagedAttentionParams pp;
   splitkv::RaggedAttentionParams rp;
   const int64_t elem = bf16 ? 2 : 4;
+  // The fields a paged and a ragged call share: q and out [tokens, kHq, kD], contiguous.
+  auto set_common = [&](auto& p) {
+    p.q = q.data();
+    p.q_stride_token = kHq * kD;
+    p.q_stride_head = kD;
+    p.out = out.data();
+    p.out_stride_token = kHq * kD;
+    p.out_stride_head = kD;
+    p.num_qo_heads = kHq;
+    p.num_kv_heads = kHkv;
+    p.head_dim = kD;
+    p.dtype = dtype;
+    p.options.sm_scale = 1.0f / std::sqrt(float(kD));
+    p.workspace = {workspace, workspace_bytes};
+  };
   if (kind == "decode") {
     constexpr int64_t kBatch = 8, kLen = 2048, kPage = 16, kPagesPerSeq = kLen / kPage, kPages = kBatch * kPagesPerSeq;
     q = Random(kBatch * kHq * kD, bf16, rng);
@@ -86,9 +101,7 @@ int main(int argc, char** argv) {
       for (auto& t : tables) t %= std::max(1, std::atoi(hot));
     }
     seq_lens.assign(kBatch, kLen);
-    pp.q = q.data();
-    pp.q_stride_token = kHq * kD;
-    pp.q_stride_head = kD;
+    set_common(pp);
     pp.k_cache = kv.data();
     pp.v_cache = kv.data() + kHkv * kPage * kD * elem;
     pp.k_stride_page = pp.v_stride_page = 2 * kHkv * kPage * kD;
@@ -97,20 +110,11 @@ int main(int argc, char** argv) {
     pp.block_tables = tables.data();
     pp.block_tables_stride = kPagesPerSeq;
     pp.seq_lens = seq_lens.data();
-    pp.out = out.data();
-    pp.out_stride_token = kHq * kD;
-    pp.out_stride_head = kD;
     pp.batch_size = kBatch;
     pp.total_q = kBatch;
     pp.num_pages = kPages;
     pp.page_size = kPage;
     pp.max_pages_per_seq = kPagesPerSeq;
-    pp.num_qo_heads = kHq;
-    pp.num_kv_heads = kHkv;
-    pp.head_dim = kD;
-    pp.dtype = dtype;
-    pp.options.sm_scale = 1.0f / std::sqrt(float(kD));
-    pp.workspace = {workspace, workspace_bytes};
     bytes = 2.0 * kBatch * kLen * kHkv * kD * elem;
     flops = 4.0 * kBatch * kHq * kD * kLen;
     call = [&] { splitkv::LaunchPagedAttention(pp); };
@@ -122,18 +126,13 @@ int main(int argc, char** argv) {
     out.resize(q.size());
     cu_q = {0, kLen};
     cu_kv = {0, kLen};
-    rp.q = q.data();
-    rp.q_stride_token = kHq * kD;
-    rp.q_stride_head = kD;
+    set_common(rp);
     rp.k = k.data();
     rp.v = v.data();
     rp.k_stride_token = rp.v_stride_token = kHkv * kD;
     rp.k_stride_head = rp.v_stride_head = kD;
     rp.cu_seqlens_q = cu_q.data();
     rp.cu_seqlens_kv = cu_kv.data();
-    rp.out = out.data();
-    rp.out_stride_token = kHq * kD;
-    rp.out_stride_head = kD;
     rp.batch_size = 1;
     rp.total_q = kLen;
     rp.total_kv = kLen;
@@ -141,9 +140,6 @@ int main(int argc, char** argv) {
     rp.num_kv_heads = kHkv;
     rp.head_dim = kD;
     rp.max_q_len = kLen;
-    rp.dtype = dtype;
-    rp.options.sm_scale = 1.0f / std::sqrt(float(kD));
-    rp.workspace = {workspace, workspace_bytes};
     flops = 4.0 * kHq * kD * kLen * kLen / 2;
     call = [&] { splitkv::LaunchRaggedAttention(rp); };
   }
