@@ -69,6 +69,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   }
   SplitPlan plan;
   plan.max_q_tiles = std::max<int64_t>(1, r.max_q_tiles);
+  plan.num_workers = r.num_workers;
   plan.num_tiles = r.batch_size * r.num_kv_heads * plan.max_q_tiles;
   const auto fits_counters = [&](int64_t s) {
     return RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, s) <= kMaxCounters;

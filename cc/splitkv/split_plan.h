@@ -45,6 +45,7 @@ struct SplitPlan {
   int64_t num_splits = 1;
   int64_t num_tiles = 0;       // batch_size * num_kv_heads * max_q_tiles
   int64_t max_q_tiles = 1;
+  int64_t num_workers = 1;     // the request's workers: CTAs (or tasks) the grid was sized for
   WorkspaceLayout layout;
 };
 

@@ -108,6 +108,7 @@ TEST(PlanUsesTheHeuristicWhenTheWorkspaceHoldsIt) {
   const SplitPlan plan = PlanSplits(r);
   EXPECT_EQ(NumSplitsHeuristic(8, 132, 32768, 256, 64), plan.num_splits);
   EXPECT_EQ(int64_t{8}, plan.num_tiles);
+  EXPECT_EQ(int64_t{132}, plan.num_workers);  // what the CUDA launcher sizes its stages by
   EXPECT_EQ(int64_t{1}, plan.max_q_tiles);
   const auto expected = splitkv::ComputeWorkspaceLayout(r.layout_shape, plan.num_splits);
   EXPECT_EQ(expected.required_bytes, plan.layout.required_bytes);

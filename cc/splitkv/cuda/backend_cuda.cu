@@ -181,7 +181,9 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
     maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
   }
   auto stream = static_cast<cudaStream_t>(p.stream);
-  const int64_t workers = WorkersPerDevice(tile.kind, p.head_dim, kPagedOp);
+  // The plan was sized by Traits() for this tile kind and head_dim: its workers are the split
+  // grid's CTAs that fit on the device at once.
+  const int64_t workers = plan.num_workers;
   switch (p.head_dim) {
     case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
     case 128: return LaunchPaged<128>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
