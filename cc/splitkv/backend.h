@@ -15,7 +15,8 @@ namespace splitkv {
 // query tokens, all qo heads of the kv head's group).
 struct BackendTraits {
   int64_t q_tile_tokens = 1;       // query tokens per tile (per kv head)
-  int64_t num_workers = 1;         // parallel workers the heuristic fills
+  int64_t num_workers = 1;         // parallel workers (GPU: CTAs resident at once)
+  int64_t fill_workers = 0;        // workers the split heuristic fills; 0: num_workers
   int64_t min_keys_per_split = 256;
   int64_t max_splits = 64;
   int64_t split_block_keys = 64;   // keys the kernels' main loop takes at a time

@@ -149,6 +149,7 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.max_q_tiles = CeilDiv(max_q_len > 0 ? max_q_len : 1, traits.q_tile_tokens);
   request.max_kv_len = max_kv_len;
   request.num_workers = traits.num_workers;
+  request.fill_workers = traits.fill_workers;
   request.min_keys_per_split = traits.min_keys_per_split;
   request.max_splits = traits.max_splits;
   request.split_block_keys = traits.split_block_keys;

@@ -92,8 +92,9 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     }
     plan.num_splits = s;
   } else {
-    int64_t s = NumSplitsHeuristic(plan.num_tiles, r.num_workers, r.max_kv_len,
-                                   r.min_keys_per_split, r.max_splits, r.split_block_keys);
+    const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
+    int64_t s = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
+                                   r.split_block_keys);
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }

@@ -34,6 +34,10 @@ struct SplitPlanRequest {
   int64_t max_q_tiles = 1;    // upper bound on query tiles per request
   int64_t max_kv_len = 0;     // upper bound on keys per request
   int64_t num_workers = 1;    // CPU threads x oversubscription, or GPU SMs x CTAs per SM
+  // Workers the heuristic fills (0: num_workers). Fewer than num_workers where a grid that
+  // fills every resident slot is slower than one that leaves some empty (the CUDA decode
+  // kernel: tile_config.h kDecodeFillCtasPerSm).
+  int64_t fill_workers = 0;
   int64_t min_keys_per_split = 256;  // never split below this many keys
   int64_t max_splits = 64;
   int64_t split_block_keys = 64;     // keys the kernel's main loop takes at a time

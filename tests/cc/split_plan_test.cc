@@ -103,6 +103,31 @@ TEST(HeuristicNeverExceedsItsLimits) {
   EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(1, 132, 255, 256, 64));
 }
 
+// fill_workers, where set, is what the heuristic fills; num_workers still reaches the plan
+// (the CUDA launcher sizes its stages by what is resident). 16 x 4096 decode (128 tiles) on
+// 396 resident CTAs, filling 264: 2 splits, not 3; batch 32 (256 tiles) does not split.
+TEST(PlanFillsFillWorkersAndKeepsNumWorkers) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.batch_size = 16;
+  r.layout_shape = LayoutShape{16, 32, 128};
+  r.max_kv_len = 4096;
+  r.num_workers = 396;
+  EXPECT_EQ(int64_t{3}, PlanSplits(r).num_splits);
+  r.fill_workers = 264;
+  SplitPlan plan = PlanSplits(r);
+  EXPECT_EQ(int64_t{2}, plan.num_splits);
+  EXPECT_EQ(int64_t{396}, plan.num_workers);
+  r.batch_size = 32;
+  r.layout_shape = LayoutShape{32, 32, 128};
+  r.max_kv_len = 8192;
+  r.fill_workers = 0;
+  EXPECT_EQ(int64_t{32}, PlanSplits(r).num_splits);  // 8192 CTAs of 4 blocks: 306 us on the H200
+  r.fill_workers = 264;
+  EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);   // 266 us
+  r.forced_num_splits = 3;
+  EXPECT_EQ(int64_t{3}, PlanSplits(r).num_splits);  // a forced count is kept
+}
+
 TEST(PlanUsesTheHeuristicWhenTheWorkspaceHoldsIt) {
   const SplitPlanRequest r = LongDecodeRequest();
   const SplitPlan plan = PlanSplits(r);

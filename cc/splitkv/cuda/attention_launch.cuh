@@ -126,9 +126,9 @@ void LaunchRagged(DType dtype, const AttentionKernelParams& params, const Ragged
 template <int kHeadDim>
 int ResidentCtasPerSm(TileKind kind, const char* op) {
   if (kind == TileKind::kDecode) {
-    // Workers for the planner: the kernel a split grid of an aligned cache runs (strided
-    // caches, rare, run the cp.async kernel with these workers). The planner splits only
-    // grids short of 80 % of these; an unsplit grid runs 3 stages (fewer CTAs an SM).
+    // Resident workers: the kernel a split grid of an aligned cache runs (strided caches,
+    // rare, run the cp.async kernel with these workers). The launch runs 2 stages for split
+    // grids of at most these; the planner fills fewer (Traits, kDecodeFillCtasPerSm).
     if (DeviceRunsSm90a(op)) {
       return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim, false>>::ResidentCtasPerSm(op);
     }

@@ -3,6 +3,7 @@
 // caller's stream. No host synchronisation, no memset, no allocation: CUDA-graph capturable.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -48,7 +49,13 @@ int ResidentCtas(TileKind kind, int64_t head_dim, const char* op) {
   }
 }
 
-int WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) {
+// SMs and resident CTAs an SM of a (tile kind, head_dim) on the current device.
+struct DeviceWorkers {
+  int sm_count;
+  int ctas_per_sm;
+};
+
+DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) {
   static std::mutex mutex;
   static std::vector<DeviceInfo> devices;
   int device = 0;
@@ -67,7 +74,7 @@ int WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) {
                       " kernel fits on an SM of device " + std::to_string(device));
     }
   }
-  return info.sm_count * ctas;
+  return {info.sm_count, ctas};
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -139,7 +146,11 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   const TileChoice tile = ChooseTile(group_size, max_q_len);
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
-  traits.num_workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
+  const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
+  traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
+  if (tile.kind == TileKind::kDecode && DeviceRunsSm90a("splitkv")) {
+    traits.fill_workers = int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, kDecodeFillCtasPerSm);
+  }
   traits.min_keys_per_split = 256;
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;
   traits.split_block_keys = tile.kind == TileKind::kDecode ? DecodeBlockKeys(static_cast<int>(head_dim))

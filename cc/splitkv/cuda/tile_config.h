@@ -39,10 +39,10 @@ constexpr int PrefillBlockKeys(int head_dim) { return head_dim >= 256 ? 32 : 64;
 // (head_dim 256 at three stages would exceed sm_80's 163 KiB per CTA).
 constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // The sm_90 bulk-copy decode kernel (decode_kernel.cuh): 3 stages (2 CTAs an SM at d 128)
-// for unsplit grids; split grids of one wave run 2 stages (3 CTAs an SM), and the planner counts workers
-// at 3 an SM. 2 stages everywhere lost 10 % at 64 x 4096 (512 tiles, 1.3 waves unsplit); a
-// grid the planner splits has short CTAs, whose fixed cost (prologue, epilogue, counter) a
-// third resident CTA hides (H200, docs/perf_log.md 2026-11-30).
+// for unsplit grids; split grids of at most one wave of 2-stage CTAs (3 an SM) run 2 stages,
+// also at the 2 an SM the planner fills (kDecodeFillCtasPerSm): 16 x 4096 at 2 splits
+// 72.6-73.4 us with 2 stages, 74.2-74.6 with 3. 2 stages everywhere lost 10 % at 64 x 4096
+// (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // Most splits of one decode tile on the GPU. At 3 CTAs an SM the planner would cut 1 x 32k
@@ -50,6 +50,14 @@ constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // outweighing the parallelism. (A key floor instead, 1024, cost 8 x 2048 38 %: 2 splits, one
 // CTA an SM, against 6.)
 inline constexpr int64_t kDecodeMaxSplits = 32;
+// CTAs an SM the split heuristic fills with decode tiles on sm_90 (3 fit at head_dim 128).
+// Decode streams K/V: two CTAs an SM keep enough copies in flight, and a third adds only its
+// fixed cost (prologue, epilogue, a partial to merge). H200, same call each (us): 16 x 4096
+// 3 -> 2 splits 73.3-73.9 -> 72.5-72.6, 16 x 1024 25.7 -> 24.0, 8 x 2048 6 -> 4 splits
+// 25.7 -> 24.1, 4 x 32768 12 -> 8 137.2 -> 135.0, 2 x 16384 24 -> 16 41.8 -> 40.4, and
+// batch 32 (256 tiles) no longer splits: 32 x 1024 50.4 -> 39.2, 32 x 8192 306.3 -> 265.8
+// (32 splits, 8192 CTAs, before); 16 x 8192 and 16 x 32768 within noise (docs/perf_log.md).
+inline constexpr int64_t kDecodeFillCtasPerSm = 2;
 
 }  // namespace splitkv::cuda
 
