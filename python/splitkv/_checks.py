@@ -150,8 +150,10 @@ def real(op, name, value):
 
 def _byte_span(x):
     """Bytes [begin, end) from x's first to its last element (strides are >= 0 in torch)."""
-    extent = sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
     begin = x.data_ptr()
+    if x.is_contiguous():  # the common case, without a Python loop over the dimensions
+        return begin, begin + x.numel() * x.element_size()
+    extent = sum((size - 1) * stride for size, stride in zip(x.shape, x.stride()))
     return begin, begin + (extent + 1) * x.element_size()
 
 
