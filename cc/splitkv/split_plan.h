@@ -36,7 +36,7 @@ struct SplitPlanRequest {
   int64_t num_workers = 1;    // CPU threads x oversubscription, or GPU SMs x CTAs per SM
   // Workers the heuristic fills (0: num_workers). Fewer than num_workers where a grid that
   // fills every resident slot is slower than one that leaves some empty (the CUDA decode
-  // kernel: tile_config.h kDecodeFillCtasPerSm).
+  // kernel: tile_config.h DecodeFillCtasPerSm).
   int64_t fill_workers = 0;
   int64_t min_keys_per_split = 256;  // never split below this many keys
   int64_t max_splits = 64;

@@ -128,7 +128,7 @@ int ResidentCtasPerSm(TileKind kind, const char* op) {
   if (kind == TileKind::kDecode) {
     // Resident workers: the kernel a split grid of an aligned cache runs (strided caches,
     // rare, run the cp.async kernel with these workers). The launch runs 2 stages for split
-    // grids of at most these; the planner fills fewer (Traits, kDecodeFillCtasPerSm).
+    // grids of at most these; the planner fills fewer (Traits, DecodeFillCtasPerSm).
     if (DeviceRunsSm90a(op)) {
       return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim, false>>::ResidentCtasPerSm(op);
     }

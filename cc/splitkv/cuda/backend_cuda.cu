@@ -149,7 +149,8 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
   traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
   if (tile.kind == TileKind::kDecode && DeviceRunsSm90a("splitkv")) {
-    traits.fill_workers = int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, kDecodeFillCtasPerSm);
+    traits.fill_workers =
+        int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, DecodeFillCtasPerSm(head_dim));
   }
   traits.min_keys_per_split = 256;
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;

@@ -40,7 +40,7 @@ constexpr int PrefillBlockKeys(int head_dim) { return head_dim >= 256 ? 32 : 64;
 constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // The sm_90 bulk-copy decode kernel (decode_kernel.cuh): 3 stages (2 CTAs an SM at d 128)
 // for unsplit grids; split grids of at most one wave of 2-stage CTAs (3 an SM) run 2 stages,
-// also at the 2 an SM the planner fills (kDecodeFillCtasPerSm): 16 x 4096 at 2 splits
+// also at the 2 an SM the planner fills (DecodeFillCtasPerSm): 16 x 4096 at 2 splits
 // 72.6-73.4 us with 2 stages, 74.2-74.6 with 3. 2 stages everywhere lost 10 % at 64 x 4096
 // (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
@@ -50,7 +50,7 @@ constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // outweighing the parallelism. (A key floor instead, 1024, cost 8 x 2048 38 %: 2 splits, one
 // CTA an SM, against 6.)
 inline constexpr int64_t kDecodeMaxSplits = 32;
-// CTAs an SM the split heuristic fills with decode tiles on sm_90 (3 fit at head_dim 128).
+// CTAs an SM the split heuristic fills with decode tiles on sm_90 at head_dim 128 (3 fit).
 // Decode streams K/V: two CTAs an SM keep enough copies in flight, and a third adds only its
 // fixed cost (prologue, epilogue, a partial to merge). H200, same call each (us): 16 x 4096
 // 3 -> 2 splits 73.3-73.9 -> 72.5-72.6, 16 x 1024 25.7 -> 24.0, 8 x 2048 6 -> 4 splits
@@ -58,6 +58,13 @@ inline constexpr int64_t kDecodeMaxSplits = 32;
 // batch 32 (256 tiles) no longer splits: 32 x 1024 50.4 -> 39.2, 32 x 8192 306.3 -> 265.8
 // (32 splits, 8192 CTAs, before); 16 x 8192 and 16 x 32768 within noise (docs/perf_log.md).
 inline constexpr int64_t kDecodeFillCtasPerSm = 2;
+// The same bytes in flight at other head_dims: a CTA's blocks carry head_dim x 2 bytes a key,
+// so 4 an SM at 64 (all that fit; 2 there cost 8 x 4096..32768 d64 page 16 1.5-2 %, gained
+// page 64 1-1.4 %) and 1 at 256 (all that fit).
+constexpr int64_t DecodeFillCtasPerSm(int64_t head_dim) {
+  return kDecodeFillCtasPerSm * 128 / head_dim > 1 ? kDecodeFillCtasPerSm * 128 / head_dim : 1;
+}
+static_assert(DecodeFillCtasPerSm(64) == 4 && DecodeFillCtasPerSm(128) == 2 && DecodeFillCtasPerSm(256) == 1);
 
 }  // namespace splitkv::cuda
 
