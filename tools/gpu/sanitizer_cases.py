@@ -1,7 +1,8 @@
 """Small launches of each operation for compute-sanitizer (memcheck, racecheck, synccheck).
 
 Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 decode tiles
-with 16-byte aligned KV run the bulk-copy kernel), the ragged kernel, the sm_90 wgmma + TMA
+with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
+its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128 and 64: partial last key blocks whose tail
 V rows it zeroes, partial query tiles, a window), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, and a row that sees no key. Prints one line per case; exits nonzero if a result is off or a counter stays
@@ -24,6 +25,9 @@ def main():
         ("paged decode, decode tiles, 3 splits",
          harness.make_paged([1, 45, 130], page_size=16, group=4, head_dim=128,
                             dtype=torch.bfloat16, device="cuda"), dict(num_splits=3)),
+        ("paged decode, head_dim 256 (sm_90: the K/V ring), 3 splits, NHD",
+         harness.make_paged([700, 45, 130], page_size=16, group=4, head_dim=256,
+                            dtype=torch.bfloat16, device="cuda", kv_layout="NHD"), dict(num_splits=3)),
         ("paged chunked prefill, prefill tiles, 2 splits, NHD",
          harness.make_paged([70, 200], page_size=8, group=2, head_dim=64, dtype=torch.float16,
                             device="cuda", kv_layout="NHD", q_lens=[70, 33]),

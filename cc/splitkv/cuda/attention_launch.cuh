@@ -60,10 +60,17 @@ template <typename T, class Shape, template <typename> class KvSourceT>
 using KernelInstance = KernelLaunch<AttentionKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
 
 template <int kHeadDim, bool kPageTma>
-using BulkDecodeShapeFor = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeStages(kHeadDim), kPageTma>;
+inline constexpr bool kBulkDecodeRing = kPageTma && BulkDecodeKvRing(kHeadDim);
+template <int kHeadDim, bool kPageTma>
+using BulkDecodeShapeFor =
+    BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim),
+                    kBulkDecodeRing<kHeadDim, kPageTma> ? kBulkDecodeRingStages : BulkDecodeStages(kHeadDim), kPageTma,
+                    kBulkDecodeRing<kHeadDim, kPageTma>>;
 template <int kHeadDim, bool kPageTma>
 using BulkDecodeSplitShapeFor =
-    BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), BulkDecodeSplitStages(kHeadDim), kPageTma>;
+    BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim),
+                    kBulkDecodeRing<kHeadDim, kPageTma> ? kBulkDecodeRingStages : BulkDecodeSplitStages(kHeadDim),
+                    kPageTma, kBulkDecodeRing<kHeadDim, kPageTma>>;
 
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape>
@@ -89,7 +96,7 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
                       const char* op) {
   if (kind == TileKind::kDecode) {
     if (params.kv_vec && DeviceRunsSm90a(op)) {
-      if constexpr (kHeadDim % 64 == 0 && kHeadDim <= 128) {
+      if constexpr (kHeadDim % 64 == 0) {
         if (maps.box_rows > 0) {
           return LaunchBulkDecode<T, kHeadDim, true>(params, kv, maps, num_tiles, split_workers, stream, op);
         }

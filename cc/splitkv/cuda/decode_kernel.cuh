@@ -20,6 +20,9 @@
 //    Tensor copies cut the copy engine's requests 8x at page_size 16 (0-7 % faster on the
 //    H200, docs/perf_log.md);
 //  - Q's mma fragments stay in registers (head_dim <= 128);
+//  - head_dim 256 with tensor copies streams K and V through a ring of 3 one-part buffers
+//    (BulkDecodeShape::kKvRing): two CTAs an SM, so one CTA's start and end no longer leave
+//    its SM without copies in flight (64 x 4096 d256 88 -> 98 % of copy on the H200);
 //  - the running max is raised only when a block's max exceeds it by more than 2^8 in
 //    probability, so most blocks skip rescaling the accumulator (the result is the same:
 //    the sum and the output share whichever reference max was used).
@@ -40,13 +43,20 @@
 
 namespace splitkv::cuda {
 
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_>
+// kKvRing false: a stage holds one block's K and V, kStages of them. kKvRing true: a stage
+// holds one block's K or its V, kStages of them (odd: K and V take turns), each refilled as
+// soon as the block part it held is consumed, so head_dim 256 keeps about two stages' bytes
+// in flight in 3/4 of the memory and fits two CTAs an SM.
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_, bool kKvRing_ = false>
 struct BulkDecodeShape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kPageTma = kPageTma_;
+  static constexpr bool kKvRing = kKvRing_;
+  static constexpr int kSlots = kKvRing ? kStages : 2 * kStages;  // K-or-V block buffers
   static_assert(!kPageTma || kHeadDim % 64 == 0, "tensor copies move 64-column halves");
+  static_assert(!kKvRing || (kPageTma && kStages >= 3), "the ring streams tensor copies, K and V in flight");
   static constexpr int kHalves = kHeadDim / 64;
   static constexpr int kWarpsN = kThreads / 32;  // every warp takes a slice of each block
   static constexpr int kRows = kDecodeRows;
@@ -66,7 +76,7 @@ struct BulkDecodeShape {
   // The stages come first, at a base aligned to the swizzle's 1024-byte atom (the slack is
   // allocated); Q follows them.
   static constexpr size_t kAlign = kPageTma ? 1024 : 16;
-  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{2} * kStages * kKvElems) * 2 + kAlign;
+  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems) * 2 + kAlign;
   static constexpr size_t kEpilogueBytes =
       (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4 + kAlign;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
@@ -98,8 +108,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   __shared__ uint64_t stage_full[S::kStages];
   unsigned char* const smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + S::kAlign - 1) & ~uintptr_t{S::kAlign - 1});
-  T* const s_kv = reinterpret_cast<T*>(smem);  // stage st: K at 2 * st * kKvElems, V right after
-  T* const s_q = s_kv + 2 * S::kStages * S::kKvElems;
+  // Buffer i at i * kKvElems: stage st's K at 2 * st and V at 2 * st + 1, or (ring) part p
+  // of the stream (block p / 2's K when p is even, its V when odd) at p % kStages.
+  T* const s_kv = reinterpret_cast<T*>(smem);
+  T* const s_q = s_kv + S::kSlots * S::kKvElems;
 
   // The barriers are set up (and the tensor maps fetched) while seq_lens is in flight: the
   // CTA-wide barrier publishing them comes after that read is issued.
@@ -162,24 +174,39 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // (the partials the merging CTAs fetch, the page table, the kernel's code). On the H200:
   // 1 x 32k 44.9 -> 43.1 us, 16 x 8192 137.4 -> 136.0, 64 x 4096 265.4 -> 263.8.
   const uint64_t kv_policy = S::kPageTma ? EvictFirstPolicy() : 0;
-  auto load_kv = [&](int block, int stage) {
+  // Tensor copies of block `block`'s K (which 1), V (2) or both (3) into buffer `buf` (K; V
+  // in the next buffer when both), completing on `bar`. A thread copies K or V only, so its
+  // next page id is always its next block's.
+  auto copy_tiles = [&](int block, int which, int buf, uint64_t* bar) {
     const int j0 = loop_begin + block * S::kBlockN;
+    const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
+    const int num_parts = which == 3 ? 2 : 1;
+    if (threadIdx.x == 0) MbarrierArriveExpectTx(bar, fetched * num_parts * S::kHalves * box_rows * 128);
+    if (!copier || (which & (copy_v ? 2 : 1)) == 0) return;
     const int page = next_page;
     next_page = page_for(block + 1);
-    T* const stage_kv = s_kv + (2 * stage + copy_v) * S::kKvElems;
-    if constexpr (S::kPageTma) {
-      const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
-      if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[stage], fetched * 2 * S::kHalves * box_rows * 128);
-      if (!copier || j0 + copy_row >= key_end) return;
-      const int slot = (j0 + copy_row) & kv.slot_mask;
-      const CUtensorMap* map = copy_v ? &maps.v : &maps.k;
-      T* dst = stage_kv + copy_half * (S::kBlockN * 64) + copy_row * 64;
-      if (maps.slot_inner) {
-        TensorCopy4dToShared(dst, map, &stage_full[stage], copy_half * 64, slot, kv_head, page, kv_policy);
-      } else {
-        TensorCopy4dToShared(dst, map, &stage_full[stage], copy_half * 64, kv_head, slot, page, kv_policy);
-      }
+    if (j0 + copy_row >= key_end) return;
+    const int slot = (j0 + copy_row) & kv.slot_mask;
+    const CUtensorMap* map = copy_v ? &maps.v : &maps.k;
+    T* dst = s_kv + (buf + (which == 3 && copy_v)) * S::kKvElems + copy_half * (S::kBlockN * 64) + copy_row * 64;
+    if (maps.slot_inner) {
+      TensorCopy4dToShared(dst, map, bar, copy_half * 64, slot, kv_head, page, kv_policy);
     } else {
+      TensorCopy4dToShared(dst, map, bar, copy_half * 64, kv_head, slot, page, kv_policy);
+    }
+  };
+  // Ring: part p of the stream into buffer p % kStages, if its block exists.
+  auto load_part = [&](int part) {
+    if (part / 2 < num_blocks) copy_tiles(part / 2, 1 + (part & 1), part % S::kStages, &stage_full[part % S::kStages]);
+  };
+  auto load_kv = [&](int block, int stage) {
+    if constexpr (S::kPageTma) {
+      copy_tiles(block, 3, 2 * stage, &stage_full[stage]);
+    } else {
+      const int j0 = loop_begin + block * S::kBlockN;
+      const int page = next_page;
+      next_page = page_for(block + 1);
+      T* const stage_kv = s_kv + (2 * stage + copy_v) * S::kKvElems;
       const int valid = min(S::kBlockN, key_end - j0);
       if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[stage], valid * 2 * D * sizeof(T));
       if (!copier) return;
@@ -196,9 +223,14 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       }
     }
   };
+  if constexpr (S::kKvRing) {
 #pragma unroll
-  for (int b = 0; b < S::kStages - 1; ++b) {
-    if (b < num_blocks) load_kv(b, b);
+    for (int part = 0; part < S::kStages; ++part) load_part(part);
+  } else {
+#pragma unroll
+    for (int b = 0; b < S::kStages - 1; ++b) {
+      if (b < num_blocks) load_kv(b, b);
+    }
   }
 
   // Q (tile_rows rows; zeros below) while the first blocks are in flight.
@@ -257,15 +289,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   const int v_row = key0 + (lane & 7) + ((lane >> 3) & 1) * 8, v_bit = lane >> 4;
   const int row7 = lane & 7;
 
-  for (int block = 0; block < num_blocks; ++block) {
-    // The stage refilled here was last read in iteration block - 1, which ended in a barrier.
-    const int ahead = block + S::kStages - 1;
-    if (ahead < num_blocks) load_kv(ahead, ahead % S::kStages);
-    const int stage = block % S::kStages;
-    MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);
-    const T* s_k = s_kv + 2 * stage * S::kKvElems;
-    T* const s_v = s_kv + (2 * stage + 1) * S::kKvElems;
-    const int j_warp = loop_begin + block * S::kBlockN + key0;
+  // Tensor copies fetch whole boxes: this warp's V rows outside the split become zeros.
+  auto zero_v_outside = [&](T* s_v, int j_warp) {
     if constexpr (S::kPageTma) {
       if (j_warp < key_begin || j_warp + S::kKeysPerWarp > key_end) {  // warp-uniform
         for (int i = lane; i < S::kKeysPerWarp * (D / 8); i += 32) {
@@ -275,6 +300,27 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
         __syncwarp();
       }
+    }
+  };
+
+  for (int block = 0; block < num_blocks; ++block) {
+    const int j_warp = loop_begin + block * S::kBlockN + key0;
+    const int part_k = 2 * block, part_v = 2 * block + 1;  // the ring's parts of this block
+    const T* s_k;
+    T* s_v;
+    if constexpr (S::kKvRing) {
+      s_k = s_kv + (part_k % S::kStages) * S::kKvElems;
+      s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
+      MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
+    } else {
+      // The stage refilled here was last read in iteration block - 1, which ended in a barrier.
+      const int ahead = block + S::kStages - 1;
+      if (ahead < num_blocks) load_kv(ahead, ahead % S::kStages);
+      const int stage = block % S::kStages;
+      MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);
+      s_k = s_kv + 2 * stage * S::kKvElems;
+      s_v = s_kv + (2 * stage + 1) * S::kKvElems;
+      zero_v_outside(s_v, j_warp);
     }
 
     // S = Q K^T over kKSteps k-steps, in two accumulator chains (even and odd steps) so
@@ -300,6 +346,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         Mma16816<T>(acc_s[2 * np], a, b[0], b[1]);
         Mma16816<T>(acc_s[2 * np + 1], a, b[2], b[3]);
       }
+    }
+    if constexpr (S::kKvRing) {
+      __syncthreads();  // every warp has read K: its buffer takes the stream's next part
+      load_part(part_k + S::kStages);
     }
 #pragma unroll
     for (int n = 0; n < S::kSTiles; ++n) {
@@ -373,6 +423,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       }
     }
 
+    if constexpr (S::kKvRing) {
+      MbarrierWait(&stage_full[part_v % S::kStages], (part_v / S::kStages) & 1);
+      zero_v_outside(s_v, j_warp);
+    }
 #pragma unroll
     for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
       const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
@@ -387,6 +441,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       }
     }
     __syncthreads();  // the stage is overwritten by the next iteration's prefetch
+    if constexpr (S::kKvRing) load_part(part_v + S::kStages);
   }
   const uint32_t ticket = p.num_splits > 1 ? CountSplitIn(p, request, kv_head, q_tile) : 0u;
 

@@ -89,7 +89,7 @@ struct PagedMapsKey {
 
 PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   PagedKvMaps maps{};  // box_rows 0 until both maps are encoded
-  if ((p.head_dim != 64 && p.head_dim != 128) || p.page_size < kMinBoxRows) return maps;
+  if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || p.page_size < kMinBoxRows) return maps;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return maps;
   if (p.num_pages > 2147483647 || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) return maps;
   // Dimensions in ascending stride order: slot then head (HND), or head then slot (NHD).

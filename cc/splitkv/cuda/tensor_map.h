@@ -27,7 +27,7 @@ bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, 
 
 // The paged decode kernel's maps of p's cache (kernel_params.h: PagedKvMaps), with boxes of
 // min(page_size, block_keys) slots; box_rows == 0 (row copies) when they don't apply:
-// head_dim other than 64/128, page_size < 8, a base or stride that is not 16-byte aligned,
+// head_dim other than 64/128/256, page_size < 8, a base or stride that is not 16-byte aligned,
 // k and v with different dimension orders, or the driver refusing the map. Each thread keeps
 // its last maps and reuses them while the cache (pointers, strides, shape, dtype) is the same.
 PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys);

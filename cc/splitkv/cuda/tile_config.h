@@ -45,6 +45,11 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
+// Tensor copies at head_dim 256 stream K and V as separate halves through 3 buffers of one
+// block's K or V (BulkDecodeShape's ring): 105 KiB, two CTAs an SM, where two whole stages
+// (137 KiB) fit one and each CTA's start and end left its SM without copies in flight.
+constexpr bool BulkDecodeKvRing(int head_dim) { return head_dim >= 256; }
+inline constexpr int kBulkDecodeRingStages = 3;
 // Most splits of one decode tile on the GPU. At 3 CTAs an SM the planner would cut 1 x 32k
 // into 47 splits (704 keys each): 6 % slower than 31 on the H200, each CTA's fixed cost
 // outweighing the parallelism. (A key floor instead, 1024, cost 8 x 2048 38 %: 2 splits, one
@@ -60,7 +65,9 @@ inline constexpr int64_t kDecodeMaxSplits = 32;
 inline constexpr int64_t kDecodeFillCtasPerSm = 2;
 // The same bytes in flight at other head_dims: a CTA's blocks carry head_dim x 2 bytes a key,
 // so 4 an SM at 64 (all that fit; 2 there cost 8 x 4096..32768 d64 page 16 1.5-2 %, gained
-// page 64 1-1.4 %) and 1 at 256 (all that fit).
+// page 64 1-1.4 %) and 1 at 256 (where the K/V ring fits 2, filling 2 an SM cost 1 x 8k..32k
+// 3-4 points of copy bandwidth at 32 splits against 16, and batch 8 at 4 splits against 2 was
+// within -3..+3 points: H200, docs/perf_log.md).
 constexpr int64_t DecodeFillCtasPerSm(int64_t head_dim) {
   return kDecodeFillCtasPerSm * 128 / head_dim > 1 ? kDecodeFillCtasPerSm * 128 / head_dim : 1;
 }
