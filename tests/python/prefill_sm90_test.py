@@ -1,9 +1,9 @@
 """The Hopper (sm_90a wgmma + TMA) ragged prefill against the float64 reference.
 
-The kernel serves ragged calls with one split, float16/bfloat16, head_dim 64 or 128, a group
-size dividing 128 and 16-byte-aligned q/k/v; on other GPUs the same calls run the mma.sync
-kernel, so these tests pass there too. Cases aim at the kernel's edges: lengths that are not
-multiples of its 128-row / 128-key tiles, queries aligned to the end of longer or shorter
+The kernel serves ragged calls with one split, float16/bfloat16, head_dim 64, 128 or 256, a
+group size dividing 128 and 16-byte-aligned q/k/v; on other GPUs the same calls run the
+mma.sync kernel, so these tests pass there too. Cases aim at the kernel's edges: lengths that
+are not multiples of its 128-row / 128-key tiles (64-key at head_dim 256), queries aligned to the end of longer or shorter
 KV, GQA packing, windows, soft cap, LSE, empty requests, NaN-poisoned out, strided k/v,
 neighbouring requests full of NaN/Inf, a CUDA graph, and agreement with the mma.sync kernel
 (SPLITKV_DISABLE_SM90=1).
@@ -38,7 +38,7 @@ CASES = harness.pairwise({
     "logits_soft_cap": [0.0, 3.0],
     "group": [1, 2, 4, 8, 16],
     "dtype": [torch.float16, torch.bfloat16],
-    "head_dim": [64, 128],
+    "head_dim": [64, 128, 256],
     "strided": [False, True],
     "out": [False, True],
 }, seed=7)
@@ -83,7 +83,7 @@ def test_negative_scale_and_large_logits():
     _run_and_check(problem, dict(causal=True, sm_scale=-0.3), poison_out=False)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_matches_mma_sync_kernel(monkeypatch, head_dim):
     """Both kernels agree to rounding on a long causal GQA prefill."""
     _require()
@@ -120,7 +120,7 @@ def _poison(x):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("group", [1, 4])
 @pytest.mark.parametrize("case", list(_ISOLATION))
 def test_other_requests_nonfinite_do_not_leak(case, group, head_dim, dtype):

@@ -3,7 +3,7 @@
 Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 decode tiles
 with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
-ragged prefill (1 split, float16/bfloat16, head_dim 128 and 64: partial last key blocks whose tail
+ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
 V rows it zeroes, partial query tiles, a window), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, and a row that sees no key. Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
@@ -41,6 +41,9 @@ def main():
                              device="cuda"), dict(num_splits=2, logits_soft_cap=10.0, max_q_len=90)),
         ("ragged wgmma (sm_90), bf16 d128 GQA causal, partial last blocks, 1 split",
          harness.make_ragged([37, 130, 5, 257], [37, 200, 5, 257], group=4, head_dim=128,
+                             dtype=torch.bfloat16, device="cuda"), dict(num_splits=1)),
+        ("ragged wgmma (sm_90), bf16 d256 GQA causal, partial last blocks, 1 split",
+         harness.make_ragged([37, 130, 5, 100], [37, 200, 5, 100], group=4, head_dim=256,
                              dtype=torch.bfloat16, device="cuda"), dict(num_splits=1)),
         ("ragged wgmma (sm_90), f16 d64 window, soft cap, q > kv, 1 split",
          harness.make_ragged([150, 40], [120, 300], group=2, head_dim=64, dtype=torch.float16,

@@ -67,11 +67,11 @@ bool DeviceRunsSm90a(const char* op) {
 
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op) {
-  if ((p.head_dim != 64 && p.head_dim != 128) || plan.num_splits != 1) return false;
+  if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || plan.num_splits != 1) return false;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for both head_dims
-  constexpr int kBlockN = PrefillSm90Shape<128>::kBlockN;
+  constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for every head_dim
+  const uint32_t block_n = p.head_dim == 256 ? PrefillSm90Shape<256>::kBlockN : PrefillSm90Shape<128>::kBlockN;
   if (group < 1 || group > kRows || kRows % group != 0) return false;
   // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
   if (!k.q_vec || !k.kv_vec || p.total_kv < 1 || p.total_q < 1) return false;
@@ -87,9 +87,9 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
   if (!EncodeMap(&tm_q, p.dtype, p.q, p.head_dim, p.num_qo_heads, p.total_q, p.q_stride_head, p.q_stride_token,
                  static_cast<uint32_t>(group), static_cast<uint32_t>(tile_tokens)) ||
       !EncodeMap(&tm_k, p.dtype, p.k, p.head_dim, p.num_kv_heads, p.total_kv, p.k_stride_head, p.k_stride_token,
-                 1, kBlockN) ||
+                 1, block_n) ||
       !EncodeMap(&tm_v, p.dtype, p.v, p.head_dim, p.num_kv_heads, p.total_kv, p.v_stride_head, p.v_stride_token,
-                 1, kBlockN)) {
+                 1, block_n)) {
     return false;
   }
 
@@ -102,6 +102,9 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
   if (p.head_dim == 64) {
     bf16 ? Launch<__nv_bfloat16, 64>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
          : Launch<__half, 64>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+  } else if (p.head_dim == 256) {
+    bf16 ? Launch<__nv_bfloat16, 256>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
+         : Launch<__half, 256>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
   } else {
     bf16 ? Launch<__nv_bfloat16, 128>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
          : Launch<__half, 128>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);

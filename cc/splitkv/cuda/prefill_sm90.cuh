@@ -1,8 +1,9 @@
-// Ragged prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 64
-// or 128.
+// Ragged prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 64,
+// 128 or 256.
 //
 // A CTA is three warpgroups. Warpgroup 0 is the producer: one thread loads the query tile
-// once and streams 128-key K and V blocks through a two-stage ring (three at head_dim 64)
+// once and streams 128-key K and V blocks (64-key at head_dim 256, whose output accumulator
+// takes 128 registers a thread) through a two-stage ring (three at head_dim 64)
 // by TMA (128-byte swizzled, completing on mbarriers), and gives its registers to the
 // consumers (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's 128 query rows: S = Q K^T on
 // wgmma with both operands in shared memory, the online softmax in registers (exp2 with the
@@ -40,23 +41,29 @@ template <int kHeadDimT>
 struct PrefillSm90Shape {
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
   static constexpr int kRows = 128;     // query rows per CTA
-  static constexpr int kBlockN = 128;   // keys per K/V block
   static constexpr int kHeadDim = kHeadDimT;
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "wgmma prefill: head_dim 64 or 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "wgmma prefill: head_dim 64, 128 or 256");
+  // Keys per K/V block. At head_dim 256 the output takes 128 registers a consumer thread, so
+  // S and P of a 64-key block (32 + 16) are what fits beside it under 240.
+  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
   // head_dim 64 halves the work per block, so a third stage hides more of the TMA latency
   // (shared memory allows it: 112 KiB).
   static constexpr int kStages = kHeadDim == 64 ? 3 : 2;
-  // A 128-row tile is head_dim / 64 column halves ([128 rows][128 bytes] each, 128-byte
-  // swizzled): the swizzle spans at most 128 bytes of a row.
+  // A tile is head_dim / 64 column halves ([rows][128 bytes] each, 128-byte swizzled): the
+  // swizzle spans at most 128 bytes of a row.
   static constexpr int kHalves = kHeadDim / 64;
   static constexpr int kKSteps = kHeadDim / 16;  // of S = Q K^T
+  static constexpr int kSRegs = kBlockN / 2;     // S (64 x kBlockN) per consumer thread
+  static constexpr int kPSteps = kBlockN / 16;   // k-steps of P V
   static constexpr int kOutRegs = kHeadDim / 2;  // O (64 x head_dim) per consumer thread
-  static constexpr uint32_t kHalfBytes = 128 * 64 * 2;
-  static constexpr uint32_t kTileBytes = kHalves * kHalfBytes;
+  static constexpr uint32_t kQHalfBytes = kRows * 64 * 2;
+  static constexpr uint32_t kKvHalfBytes = kBlockN * 64 * 2;
+  static constexpr uint32_t kQTileBytes = kHalves * kQHalfBytes;
+  static constexpr uint32_t kKvTileBytes = kHalves * kKvHalfBytes;
   static constexpr uint32_t kQOffset = 0;
-  static constexpr uint32_t kKOffset = kQOffset + kTileBytes;
-  static constexpr uint32_t kVOffset = kKOffset + kStages * kTileBytes;
-  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kTileBytes;
+  static constexpr uint32_t kKOffset = kQOffset + kQTileBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKvTileBytes;
+  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvTileBytes;
   static constexpr int kNumBarriers = 2 + 4 * kStages;  // + q_full, v_tail
   // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
   static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
@@ -162,10 +169,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       PrefetchTensorMap(&tm_q);
       PrefetchTensorMap(&tm_k);
       PrefetchTensorMap(&tm_v);
-      MbarrierArriveExpectTx(q_full, S::kTileBytes);
+      MbarrierArriveExpectTx(q_full, S::kQTileBytes);
 #pragma unroll
       for (int h = 0; h < S::kHalves; ++h) {
-        TensorCopy3dToShared(smem + S::kQOffset + h * S::kHalfBytes, &tm_q, q_full, h * 64, kv_head * group,
+        TensorCopy3dToShared(smem + S::kQOffset + h * S::kQHalfBytes, &tm_q, q_full, h * 64, kv_head * group,
                              q_begin + first);
       }
       for (int b = 0; b < num_blocks; ++b) {
@@ -175,10 +182,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
         // K, then V: wait until the consumers released the stage, then refill it.
         auto fill = [&](const CUtensorMap* map, uint64_t* full, uint64_t* empty, uint32_t offset) {
           if (reuse > 0) MbarrierWait(empty + stage, (reuse - 1) & 1);
-          MbarrierArriveExpectTx(full + stage, S::kTileBytes);
+          MbarrierArriveExpectTx(full + stage, S::kKvTileBytes);
 #pragma unroll
           for (int h = 0; h < S::kHalves; ++h) {
-            TensorCopy3dToShared(smem + offset + stage * S::kTileBytes + h * S::kHalfBytes, map, full + stage, h * 64,
+            TensorCopy3dToShared(smem + offset + stage * S::kKvTileBytes + h * S::kKvHalfBytes, map, full + stage, h * 64,
                                  kv_head, key_row);
           }
         };
@@ -194,11 +201,11 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       const int last = num_blocks - 1;
       MbarrierWait(v_full + last % S::kStages, (last / S::kStages) & 1);
       // Whole 128-byte rows: the swizzle permutes 16-byte chunks inside a row only.
-      unsigned char* const v_tile = smem + S::kVOffset + (last % S::kStages) * S::kTileBytes;
+      unsigned char* const v_tile = smem + S::kVOffset + (last % S::kStages) * S::kKvTileBytes;
       const uint4 zero = make_uint4(0, 0, 0, 0);
       for (uint32_t c = tail_keep * 8 + threadIdx.x; c < S::kBlockN * 8; c += 32) {
 #pragma unroll
-        for (int h = 0; h < S::kHalves; ++h) *reinterpret_cast<uint4*>(v_tile + h * S::kHalfBytes + c * 16) = zero;
+        for (int h = 0; h < S::kHalves; ++h) *reinterpret_cast<uint4*>(v_tile + h * S::kKvHalfBytes + c * 16) = zero;
       }
       FenceProxyAsyncShared();  // the wgmma (async proxy) reads these bytes next
       MbarrierArrive(v_tail);
@@ -239,25 +246,38 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
 
   const uint32_t q_addr = SharedAddress(smem + S::kQOffset) + consumer * 64 * 128;
-  auto k_addr = [&](int stage) { return SharedAddress(smem + S::kKOffset + stage * S::kTileBytes); };
-  auto v_addr = [&](int stage) { return SharedAddress(smem + S::kVOffset + stage * S::kTileBytes); };
+  auto k_addr = [&](int stage) { return SharedAddress(smem + S::kKOffset + stage * S::kKvTileBytes); };
+  auto v_addr = [&](int stage) { return SharedAddress(smem + S::kVOffset + stage * S::kKvTileBytes); };
 
   // S = Q K^T over head_dim / 16 k-steps of 16 columns (4 per 128-byte swizzled half);
   // issued, not waited.
-  auto issue_s = [&](float (&s)[64], int stage) {
+  auto issue_s = [&](float (&s)[S::kSRegs], int stage) {
     WgmmaSS<T, false>(s, Desc128B(q_addr, 16, 1024), Desc128B(k_addr(stage), 16, 1024));
 #pragma unroll
     for (int ks = 1; ks < S::kKSteps; ++ks) {
-      const uint32_t offset = (ks / 4) * S::kHalfBytes + (ks % 4) * 32;
-      WgmmaSS<T, true>(s, Desc128B(q_addr + offset, 16, 1024), Desc128B(k_addr(stage) + offset, 16, 1024));
+      const uint32_t q_offset = (ks / 4) * S::kQHalfBytes + (ks % 4) * 32;
+      const uint32_t k_offset = (ks / 4) * S::kKvHalfBytes + (ks % 4) * 32;
+      WgmmaSS<T, true>(s, Desc128B(q_addr + q_offset, 16, 1024), Desc128B(k_addr(stage) + k_offset, 16, 1024));
     }
     WgmmaCommit();
   };
   // O += P V: V is [keys][d] in 64-column halves, read MN-major; a k-step is 16 keys
-  // (16 rows of 128 bytes), the next half of N is kHalfBytes away. Issued, not waited.
-  auto issue_pv = [&](const uint32_t (&a)[8][4], int stage) {
+  // (16 rows of 128 bytes), the next half of N is kKvHalfBytes away. One wgmma covers at most
+  // 128 columns of O, so head_dim 256 takes two, the second on halves 2 and 3 and on o_acc's
+  // upper 64 registers (the accumulator layout of columns 128.. continues where 0..127 end).
+  // Issued, not waited.
+  auto issue_pv = [&](const uint32_t (&a)[S::kPSteps][4], int stage) {
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) WgmmaRS<T>(o_acc, a[kk], Desc128B(v_addr(stage) + kk * 16 * 128, S::kHalfBytes, 1024));
+    for (int kk = 0; kk < S::kPSteps; ++kk) {
+      const uint32_t v_k = v_addr(stage) + kk * 16 * 128;
+      if constexpr (S::kHeadDim == 256) {
+        WgmmaRS<T>(*reinterpret_cast<float(*)[64]>(o_acc), a[kk], Desc128B(v_k, S::kKvHalfBytes, 1024));
+        WgmmaRS<T>(*reinterpret_cast<float(*)[64]>(o_acc + 64), a[kk],
+                   Desc128B(v_k + 2 * S::kKvHalfBytes, S::kKvHalfBytes, 1024));
+      } else {
+        WgmmaRS<T>(o_acc, a[kk], Desc128B(v_k, S::kKvHalfBytes, 1024));
+      }
+    }
     WgmmaCommit();
   };
   auto release = [&](uint64_t* bar) {
@@ -269,13 +289,13 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   // returns the factor the output accumulated so far must be scaled by.
   // Block b's logits -> probabilities, in place in the S accumulators (fp32); updates the
   // row max and sum and returns the factor the output so far must be scaled by.
-  auto softmax = [&](float (&s)[64], int b, float (&alpha)[2]) {
+  auto softmax = [&](float (&s)[S::kSRegs], int b, float (&alpha)[2]) {
     if (cap > 0.0f) {
 #pragma unroll
-      for (int e = 0; e < 64; ++e) s[e] = cap_log2 * tanhf(s[e] * cap_scale);
+      for (int e = 0; e < S::kSRegs; ++e) s[e] = cap_log2 * tanhf(s[e] * cap_scale);
     } else {
 #pragma unroll
-      for (int e = 0; e < 64; ++e) s[e] *= scale_log2;
+      for (int e = 0; e < S::kSRegs; ++e) s[e] *= scale_log2;
     }
     // Mask only blocks that some row of this warp does not see whole.
     const int j0 = key_begin + b * S::kBlockN;
@@ -284,7 +304,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + S::kBlockN <= row_hi[i]);
     if (__any_sync(0xffffffffu, partial)) {
 #pragma unroll
-      for (int c = 0; c < 16; ++c) {
+      for (int c = 0; c < S::kSRegs / 4; ++c) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
@@ -297,7 +317,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     for (int i = 0; i < 2; ++i) {
       float m = row_max[i];
 #pragma unroll
-      for (int c = 0; c < 16; ++c) m = fmaxf(m, fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]));
+      for (int c = 0; c < S::kSRegs / 4; ++c) m = fmaxf(m, fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;  // a row with no key yet: p = 0
@@ -305,7 +325,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       row_max[i] = m;
       float sum = 0.0f;
 #pragma unroll
-      for (int c = 0; c < 16; ++c) {
+      for (int c = 0; c < S::kSRegs / 4; ++c) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const float pr = FastExp2(s[4 * c + 2 * i + e] - m_ref);
@@ -319,9 +339,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   // Probabilities as the P V A operand: two adjacent 8-key accumulator tiles are one 16-key
   // fragment. Runs only once no wgmma reading `a` is in flight: ptxas may give the new
   // values the registers of the old ones, and would serialise the wgmmas to stay correct.
-  auto pack = [&](const float (&s)[64], uint32_t (&a)[8][4]) {
+  auto pack = [&](const float (&s)[S::kSRegs], uint32_t (&a)[S::kPSteps][4]) {
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
+    for (int kk = 0; kk < S::kPSteps; ++kk) {
       a[kk][0] = PackPair<T>(s[8 * kk + 0], s[8 * kk + 1]);
       a[kk][1] = PackPair<T>(s[8 * kk + 2], s[8 * kk + 3]);
       a[kk][2] = PackPair<T>(s[8 * kk + 4], s[8 * kk + 5]);
@@ -332,8 +352,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   MbarrierWait(q_full, 0);
   // Software pipeline inside the warpgroup: while P_b V_b runs on the tensor cores, the
   // softmax of block b + 1 (whose S was issued just before) runs on the other units.
-  float s[64];
-  uint32_t a[8][4];
+  float s[S::kSRegs];
+  uint32_t a[S::kPSteps][4];
   float alpha[2];
   if (num_blocks > 0) {
     MbarrierWait(k_full, 0);

@@ -12,7 +12,7 @@
 namespace splitkv::cuda {
 
 // Enqueues the call on the sm_90a wgmma kernel and returns true when that kernel serves it:
-// a compute capability 9.0 device, float16/bfloat16, head_dim 64 or 128, one split, a group size
+// a compute capability 9.0 device, float16/bfloat16, head_dim 64, 128 or 256, one split, a group size
 // dividing 128, q/k/v 16-byte aligned with strides in multiples of 8 elements, and tensor
 // maps the driver accepts. Returns false (nothing enqueued) otherwise, or when the
 // environment variable SPLITKV_DISABLE_SM90 is set to anything but "0" (A/B timing).

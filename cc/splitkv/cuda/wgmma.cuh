@@ -112,6 +112,44 @@ SPLITKV_WGMMA_SS(__nv_bfloat16, "bf16")
 SPLITKV_WGMMA_SS(__half, "f16")
 #undef SPLITKV_WGMMA_SS
 
+// d (64 x 64 fp32) = A (64 x 16, K-major in shared memory) * B (16 x 64, K-major: [n][k])
+// (+ d when kAccumulate): S of head_dim 256, whose K blocks are 64 keys.
+template <typename T, bool kAccumulate>
+__device__ __forceinline__ void WgmmaSS(float (&d)[32], uint64_t desc_a, uint64_t desc_b);
+
+#define SPLITKV_WGMMA_D32_LIST                                                       \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define SPLITKV_WGMMA_D32(C)                                                                                    \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]),           \
+      C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]),       \
+      C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]),       \
+      C(d[31])
+#define SPLITKV_RW(x) "+f"(x)
+#define SPLITKV_W(x) "=f"(x)
+#define SPLITKV_WGMMA_SS_N64(TYPE, PTX_TYPE)                                                                     \
+  template <>                                                                                                    \
+  __device__ __forceinline__ void WgmmaSS<TYPE, true>(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {        \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D32_LIST  \
+                 ", %32, %33, 1, 1, 1, 0, 0;\n"                                                                  \
+                 : SPLITKV_WGMMA_D32(SPLITKV_RW)                                                                 \
+                 : "l"(desc_a), "l"(desc_b));                                                                    \
+  }                                                                                                              \
+  template <>                                                                                                    \
+  __device__ __forceinline__ void WgmmaSS<TYPE, false>(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {       \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D32_LIST  \
+                 ", %32, %33, 0, 1, 1, 0, 0;\n"                                                                  \
+                 : SPLITKV_WGMMA_D32(SPLITKV_W)                                                                  \
+                 : "l"(desc_a), "l"(desc_b));                                                                    \
+  }
+SPLITKV_WGMMA_SS_N64(__nv_bfloat16, "bf16")
+SPLITKV_WGMMA_SS_N64(__half, "f16")
+#undef SPLITKV_WGMMA_SS_N64
+#undef SPLITKV_RW
+#undef SPLITKV_W
+#undef SPLITKV_WGMMA_D32
+#undef SPLITKV_WGMMA_D32_LIST
+
 // d (64 x 128) += A (64 x 16 from registers, the mma.sync m16n8k16 A fragment per warp) *
 // B (16 x 128, MN-major in shared memory: [k][n], transposed by the instruction).
 template <typename T>
