@@ -145,10 +145,6 @@ __device__ __forceinline__ void WgmmaSS(float (&d)[32], uint64_t desc_a, uint64_
 SPLITKV_WGMMA_SS_N64(__nv_bfloat16, "bf16")
 SPLITKV_WGMMA_SS_N64(__half, "f16")
 #undef SPLITKV_WGMMA_SS_N64
-#undef SPLITKV_RW
-#undef SPLITKV_W
-#undef SPLITKV_WGMMA_D32
-#undef SPLITKV_WGMMA_D32_LIST
 
 // d (64 x 128) += A (64 x 16 from registers, the mma.sync m16n8k16 A fragment per warp) *
 // B (16 x 128, MN-major in shared memory: [k][n], transposed by the instruction).
@@ -185,19 +181,18 @@ __device__ __forceinline__ void WgmmaRS(float (&d)[32], const uint32_t (&a)[4], 
   __device__ __forceinline__ void WgmmaRS<TYPE>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {          \
     asm volatile(                                                                                                   \
         "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                                  \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE                                         \
-        " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                  \
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"                           \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D32_LIST               \
         ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                              \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),           \
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),     \
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),   \
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])    \
+        : SPLITKV_WGMMA_D32(SPLITKV_RW)                                                                             \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                                                 \
   }
 SPLITKV_WGMMA_RS_N64(__nv_bfloat16, "bf16")
 SPLITKV_WGMMA_RS_N64(__half, "f16")
 #undef SPLITKV_WGMMA_RS_N64
+#undef SPLITKV_RW
+#undef SPLITKV_W
+#undef SPLITKV_WGMMA_D32
+#undef SPLITKV_WGMMA_D32_LIST
 
 #undef SPLITKV_WGMMA_D_LIST
 #undef SPLITKV_WGMMA_D_OPERANDS
