@@ -68,6 +68,9 @@ struct PrefillSm90Shape {
   // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
   static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
   static constexpr int kConsumerWarps = 8;
+  // The consumers take turns issuing their wgmmas (see the kernel) at head_dim <= 128, where
+  // the softmax is a larger share of a block's work; FlashAttention-3 makes the same choice.
+  static constexpr bool kPingPong = kHeadDim <= 128;
 };
 
 struct PrefillSm90Params {
@@ -349,6 +352,25 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     }
   };
 
+  // Ping-pong between the two consumers (FlashAttention-3's warp scheduling): they take turns
+  // issuing their wgmmas, so one's softmax runs while the other's products hold the tensor
+  // cores. Hardware barrier 1 + c is consumer c's turn: its 128 threads wait there for the
+  // other consumer's 128, which arrive right after issuing. Consumer 0 goes first (consumer 1
+  // arrives once up front); consumer 1 leaves out its last arrive, so each barrier gets as
+  // many arrivals as waits and none is left holding arrivals when the CTA exits. Both
+  // consumers issue at the same num_blocks + 1 points.
+  auto turn_wait = [&]() {
+    if constexpr (S::kPingPong) NamedBarrierSync(1 + consumer, 256);
+  };
+  auto turn_pass = [&](bool last) {
+    if constexpr (S::kPingPong) {
+      if (!(last && consumer == 1)) NamedBarrierArrive(2 - consumer, 256);
+    }
+  };
+  if constexpr (S::kPingPong) {
+    if (num_blocks > 0 && consumer == 1) NamedBarrierArrive(1, 256);
+  }
+
   MbarrierWait(q_full, 0);
   // Software pipeline inside the warpgroup: while P_b V_b runs on the tensor cores, the
   // softmax of block b + 1 (whose S was issued just before) runs on the other units.
@@ -357,8 +379,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   float alpha[2];
   if (num_blocks > 0) {
     MbarrierWait(k_full, 0);
+    turn_wait();
     WgmmaFence();
     issue_s(s, 0);
+    turn_pass(false);
     WgmmaWait<0>();
     FenceRegs(s);
     release(k_empty);
@@ -372,9 +396,11 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     MbarrierWait(v_full + stage, (b / S::kStages) & 1);
     FenceRegs(o_acc);  // the rescale and the packing land before the fence, not after it
     FenceRegs(a);
+    turn_wait();
     WgmmaFence();
     issue_s(s, next_stage);
     issue_pv(a, stage);
+    turn_pass(false);
     WgmmaWait<1>();  // S of block b + 1 (groups complete in order)
     FenceRegs(s);
     release(k_empty + next_stage);
@@ -396,8 +422,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     if (tail) MbarrierWait(v_tail, 0);
     FenceRegs(o_acc);
     FenceRegs(a);
+    turn_wait();
     WgmmaFence();
     issue_pv(a, stage);
+    turn_pass(true);
     WgmmaWait<0>();
     FenceRegs(o_acc);
     release(v_empty + stage);

@@ -222,6 +222,10 @@ __device__ __forceinline__ void RegDealloc() {
 __device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Counts the calling threads into barrier `id` of `threads` without waiting for it.
+__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 #endif  // SPLITKV_SM90_DEVICE
 
