@@ -10,7 +10,8 @@
 // scale and log2(e) folded into one multiply), then O += P V with P from registers and V read
 // transposed (MN-major) from shared memory. Inside a warpgroup, S of block b + 1 and P V of
 // block b are issued together, and block b + 1's softmax runs while P V is on the tensor
-// cores. A stage is handed back to the producer (its "empty" barrier) as soon as the wgmma
+// cores; at head_dim <= 128 the two warpgroups also take turns issuing (ping-pong), so one's
+// softmax overlaps the other's products. A stage is handed back to the producer (its "empty" barrier) as soon as the wgmma
 // that read it has completed.
 //
 // Rows pack (tokens x the kv head's group of qo heads) as in the mma.sync kernel, so a GQA
