@@ -11,8 +11,8 @@
 // transposed (MN-major) from shared memory. Inside a warpgroup, S of block b + 1 and P V of
 // block b are issued together, and block b + 1's softmax runs while P V is on the tensor
 // cores; at head_dim <= 128 the two warpgroups also take turns issuing (ping-pong), so one's
-// softmax overlaps the other's products. A stage is handed back to the producer (its "empty" barrier) as soon as the wgmma
-// that read it has completed.
+// softmax overlaps the other's products. A stage is handed back to the producer (its "empty"
+// barrier) as soon as the wgmma that read it has completed.
 //
 // Rows pack (tokens x the kv head's group of qo heads) as in the mma.sync kernel, so a GQA
 // group shares every K/V block; the query tile is one TMA box {64 columns, group heads,
