@@ -66,6 +66,9 @@ using BulkDecodeShapeFor =
     BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim),
                     kBulkDecodeRing<kHeadDim, kPageTma> ? kBulkDecodeRingStages : BulkDecodeStages(kHeadDim), kPageTma,
                     kBulkDecodeRing<kHeadDim, kPageTma>>;
+// The ring exists to fit two head_dim-256 CTAs an SM (register budget sized for two).
+static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == 2 &&
+              BulkDecodeShapeFor<256, true>::kSmemBytes <= 110 * 1024);
 template <int kHeadDim, bool kPageTma>
 using BulkDecodeSplitShapeFor =
     BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim),

@@ -72,6 +72,7 @@ struct PrefillSm90Shape {
   // The consumers take turns issuing their wgmmas (see the kernel) at head_dim <= 128, where
   // the softmax is a larger share of a block's work; FlashAttention-3 makes the same choice.
   static constexpr bool kPingPong = kHeadDim <= 128;
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
 };
 
 struct PrefillSm90Params {
@@ -189,8 +190,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
           MbarrierArriveExpectTx(full + stage, S::kKvTileBytes);
 #pragma unroll
           for (int h = 0; h < S::kHalves; ++h) {
-            TensorCopy3dToShared(smem + offset + stage * S::kKvTileBytes + h * S::kKvHalfBytes, map, full + stage, h * 64,
-                                 kv_head, key_row);
+            TensorCopy3dToShared(smem + offset + stage * S::kKvTileBytes + h * S::kKvHalfBytes, map, full + stage,
+                                 h * 64, kv_head, key_row);
           }
         };
         fill(&tm_k, k_full, k_empty, S::kKOffset);

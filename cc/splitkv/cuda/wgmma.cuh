@@ -1,6 +1,7 @@
 // Hopper-only PTX (sm_90a) for the prefill kernel of prefill_sm90.cuh: shared-memory matrix
-// descriptors for wgmma, wgmma m64n128k16 and m64n64k16 (fp32 accumulate) and setmaxnreg
-// (the mbarriers and TMA copies it shares with the decode kernel are in ptx.cuh). Everything here compiles to nothing unless SPLITKV_SM90_DEVICE is 1, so the
+// descriptors for wgmma, wgmma m64n128k16 and m64n64k16 (fp32 accumulate), setmaxnreg and
+// named barriers (the mbarriers and TMA copies it shares with the decode kernel are in
+// ptx.cuh). Everything here compiles to nothing unless SPLITKV_SM90_DEVICE is 1, so the
 // sm_80 pass of the same translation unit still builds; the host launches the kernel only on
 // a compute capability 9.0 device.
 #ifndef SPLITKV_CUDA_WGMMA_CUH_
