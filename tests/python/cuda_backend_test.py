@@ -109,20 +109,23 @@ def test_paged_matches_reference_and_cpu(case):
 
 
 # Long decode tiles on the sm_90 kernel's tensor copies (head_dim 256 through its K/V ring):
-# splits that start and end inside a 64-key block and inside a page, pages from the smallest
-# box (8 slots) to a whole block, NaN in every slot past seq_len, a NaN-poisoned out and
+# splits that end inside a 64-key block, pages from the smallest box (8 slots) to a whole
+# block, a window (the first key inside a box: the copies fetch keys below it, which must be
+# masked and their V rows zeroed), NaN in every slot past seq_len, a NaN-poisoned out and
 # workspace. Elsewhere (other GPUs) the same cases check the cp.async kernel.
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("page_size", [8, 16, 64])
 @pytest.mark.parametrize("num_splits", [1, 3, 8])
 @pytest.mark.parametrize("kv_layout", ["HND", "NHD"])
-def test_long_decode_matches_reference(head_dim, page_size, num_splits, kv_layout):
+@pytest.mark.parametrize("window_left", [-1, 37])
+def test_long_decode_matches_reference(head_dim, page_size, num_splits, kv_layout, window_left):
     problem = harness.make_paged([5, 333, 2049, 4133], page_size=page_size, num_kv_heads=2, group=4,
                                  head_dim=head_dim, dtype=torch.bfloat16, device="cuda",
                                  kv_layout=kv_layout, seed=head_dim * 1000 + page_size * 10 + num_splits)
     workspace = harness.shared_workspace("cuda")
     harness.fill_garbage(workspace)
-    harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=num_splits)
+    options = {} if window_left < 0 else {"window_left": window_left}
+    harness.run_and_check(problem, workspace, options, poison_out=True, num_splits=num_splits)
 
 
 _RAGGED_CASES = harness.pairwise({

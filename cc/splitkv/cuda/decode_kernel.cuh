@@ -22,7 +22,7 @@
 //  - Q's mma fragments stay in registers (head_dim <= 128);
 //  - head_dim 256 with tensor copies streams K and V through a ring of 3 one-part buffers
 //    (BulkDecodeShape::kKvRing): two CTAs an SM, so one CTA's start and end no longer leave
-//    its SM without copies in flight (64 x 4096 d256 88 -> 98 % of copy on the H200);
+//    its SM without copies in flight (64 x 4096 d256 87-89 -> 98-99 % of copy on the H200);
 //  - the running max is raised only when a block's max exceeds it by more than 2^8 in
 //    probability, so most blocks skip rescaling the accumulator (the result is the same:
 //    the sum and the output share whichever reference max was used).
