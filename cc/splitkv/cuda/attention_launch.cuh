@@ -59,21 +59,18 @@ struct KernelLaunch {
 template <typename T, class Shape, template <typename> class KvSourceT>
 using KernelInstance = KernelLaunch<AttentionKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
 
+// A bulk decode shape of kStages whole stages, or the K/V ring where it applies (its own
+// stage count, for split and unsplit grids alike).
+template <int kHeadDim, bool kPageTma, int kStages, bool kRing = kPageTma && BulkDecodeKvRing(kHeadDim)>
+using BulkDecodeShapeOf =
+    BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), kRing ? kBulkDecodeRingStages : kStages, kPageTma, kRing>;
 template <int kHeadDim, bool kPageTma>
-inline constexpr bool kBulkDecodeRing = kPageTma && BulkDecodeKvRing(kHeadDim);
+using BulkDecodeShapeFor = BulkDecodeShapeOf<kHeadDim, kPageTma, BulkDecodeStages(kHeadDim)>;
 template <int kHeadDim, bool kPageTma>
-using BulkDecodeShapeFor =
-    BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim),
-                    kBulkDecodeRing<kHeadDim, kPageTma> ? kBulkDecodeRingStages : BulkDecodeStages(kHeadDim), kPageTma,
-                    kBulkDecodeRing<kHeadDim, kPageTma>>;
+using BulkDecodeSplitShapeFor = BulkDecodeShapeOf<kHeadDim, kPageTma, BulkDecodeSplitStages(kHeadDim)>;
 // The ring exists to fit two head_dim-256 CTAs an SM (register budget sized for two).
 static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == 2 &&
               BulkDecodeShapeFor<256, true>::kSmemBytes <= 110 * 1024);
-template <int kHeadDim, bool kPageTma>
-using BulkDecodeSplitShapeFor =
-    BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim),
-                    kBulkDecodeRing<kHeadDim, kPageTma> ? kBulkDecodeRingStages : BulkDecodeSplitStages(kHeadDim),
-                    kPageTma, kBulkDecodeRing<kHeadDim, kPageTma>>;
 
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape>

@@ -71,7 +71,7 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for every head_dim
-  const uint32_t block_n = p.head_dim == 256 ? PrefillSm90Shape<256>::kBlockN : PrefillSm90Shape<128>::kBlockN;
+  const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));
   if (group < 1 || group > kRows || kRows % group != 0) return false;
   // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
   if (!k.q_vec || !k.kv_vec || p.total_kv < 1 || p.total_q < 1) return false;

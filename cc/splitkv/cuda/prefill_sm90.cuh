@@ -38,15 +38,18 @@
 
 namespace splitkv::cuda {
 
+// Keys per K/V block. At head_dim 256 the output takes 128 registers a consumer thread, so
+// S and P of a 64-key block (32 + 16) are what fits beside it under 240. The host encodes the
+// K/V tensor maps with boxes of this many rows.
+constexpr int PrefillSm90BlockKeys(int head_dim) { return head_dim == 256 ? 64 : 128; }
+
 template <int kHeadDimT>
 struct PrefillSm90Shape {
   static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
   static constexpr int kRows = 128;     // query rows per CTA
   static constexpr int kHeadDim = kHeadDimT;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "wgmma prefill: head_dim 64, 128 or 256");
-  // Keys per K/V block. At head_dim 256 the output takes 128 registers a consumer thread, so
-  // S and P of a 64-key block (32 + 16) are what fits beside it under 240.
-  static constexpr int kBlockN = kHeadDim == 256 ? 64 : 128;
+  static constexpr int kBlockN = PrefillSm90BlockKeys(kHeadDim);
   // head_dim 64 halves the work per block, so a third stage hides more of the TMA latency
   // (shared memory allows it: 112 KiB).
   static constexpr int kStages = kHeadDim == 64 ? 3 : 2;

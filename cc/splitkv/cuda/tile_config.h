@@ -45,7 +45,7 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
-// Tensor copies at head_dim 256 stream K and V as separate halves through 3 buffers of one
+// Tensor copies at head_dim 256 stream K and V as separate parts through 3 buffers of one
 // block's K or V (BulkDecodeShape's ring): 105 KiB, two CTAs an SM, where two whole stages
 // (137 KiB) fit one and each CTA's start and end left its SM without copies in flight.
 constexpr bool BulkDecodeKvRing(int head_dim) { return head_dim >= 256; }

@@ -61,143 +61,96 @@ __device__ __forceinline__ void FenceRegs(uint32_t (&d)[M][N]) {
   }
 }
 
-#define SPLITKV_WGMMA_D_LIST                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "           \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define SPLITKV_WGMMA_D_OPERANDS                                                                          \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),         \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),            \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),          \
-      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),          \
-      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),          \
-      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),          \
-      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),          \
-      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),          \
-      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
-#define SPLITKV_WGMMA_D_OUTPUTS                                                                           \
-  "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]),         \
-      "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]),            \
-      "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]),          \
-      "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]),          \
-      "=f"(d[29]), "=f"(d[30]), "=f"(d[31]), "=f"(d[32]), "=f"(d[33]), "=f"(d[34]), "=f"(d[35]),          \
-      "=f"(d[36]), "=f"(d[37]), "=f"(d[38]), "=f"(d[39]), "=f"(d[40]), "=f"(d[41]), "=f"(d[42]),          \
-      "=f"(d[43]), "=f"(d[44]), "=f"(d[45]), "=f"(d[46]), "=f"(d[47]), "=f"(d[48]), "=f"(d[49]),          \
-      "=f"(d[50]), "=f"(d[51]), "=f"(d[52]), "=f"(d[53]), "=f"(d[54]), "=f"(d[55]), "=f"(d[56]),          \
-      "=f"(d[57]), "=f"(d[58]), "=f"(d[59]), "=f"(d[60]), "=f"(d[61]), "=f"(d[62]), "=f"(d[63])
-
-// d (64 x 128 fp32 over the warpgroup) = A (64 x 16, K-major in shared memory) *
-// B (16 x 128, K-major in shared memory: [n][k]) (+ d when kAccumulate). The first k-step
-// (kAccumulate false) takes d as an output only, so old accumulator values are not inputs.
-template <typename T, bool kAccumulate>
-__device__ __forceinline__ void WgmmaSS(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
-
-#define SPLITKV_WGMMA_SS(TYPE, PTX_TYPE)                                                                       \
-  template <>                                                                                                  \
-  __device__ __forceinline__ void WgmmaSS<TYPE, true>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {      \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D_LIST \
-                 ", %64, %65, 1, 1, 1, 0, 0;\n"                                                                \
-                 : SPLITKV_WGMMA_D_OPERANDS                                                                    \
-                 : "l"(desc_a), "l"(desc_b));                                                                  \
-  }                                                                                                            \
-  template <>                                                                                                  \
-  __device__ __forceinline__ void WgmmaSS<TYPE, false>(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {     \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D_LIST \
-                 ", %64, %65, 0, 1, 1, 0, 0;\n"                                                                \
-                 : SPLITKV_WGMMA_D_OUTPUTS                                                                     \
-                 : "l"(desc_a), "l"(desc_b));                                                                  \
-  }
-SPLITKV_WGMMA_SS(__nv_bfloat16, "bf16")
-SPLITKV_WGMMA_SS(__half, "f16")
-#undef SPLITKV_WGMMA_SS
-
-// d (64 x 64 fp32) = A (64 x 16, K-major in shared memory) * B (16 x 64, K-major: [n][k])
-// (+ d when kAccumulate): S of head_dim 256, whose K blocks are 64 keys.
-template <typename T, bool kAccumulate>
-__device__ __forceinline__ void WgmmaSS(float (&d)[32], uint64_t desc_a, uint64_t desc_b);
-
-#define SPLITKV_WGMMA_D32_LIST                                                       \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define SPLITKV_WGMMA_D32(C)                                                                                    \
-  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]),           \
-      C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]),       \
-      C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]),       \
-      C(d[31])
+// The accumulator operands of a wgmma: 32 fp32 registers a thread for an n64 shape, 64 for n128.
+// C(x) is the constraint: SPLITKV_RW ("+f": d is accumulated into) or SPLITKV_W ("=f": d is
+// only written, so its old values are not inputs).
 #define SPLITKV_RW(x) "+f"(x)
 #define SPLITKV_W(x) "=f"(x)
-#define SPLITKV_WGMMA_SS_N64(TYPE, PTX_TYPE)                                                                     \
-  template <>                                                                                                    \
-  __device__ __forceinline__ void WgmmaSS<TYPE, true>(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {        \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D32_LIST  \
-                 ", %32, %33, 1, 1, 1, 0, 0;\n"                                                                  \
-                 : SPLITKV_WGMMA_D32(SPLITKV_RW)                                                                 \
-                 : "l"(desc_a), "l"(desc_b));                                                                    \
-  }                                                                                                              \
-  template <>                                                                                                    \
-  __device__ __forceinline__ void WgmmaSS<TYPE, false>(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {       \
-    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D32_LIST  \
-                 ", %32, %33, 0, 1, 1, 0, 0;\n"                                                                  \
-                 : SPLITKV_WGMMA_D32(SPLITKV_W)                                                                  \
-                 : "l"(desc_a), "l"(desc_b));                                                                    \
-  }
-SPLITKV_WGMMA_SS_N64(__nv_bfloat16, "bf16")
-SPLITKV_WGMMA_SS_N64(__half, "f16")
-#undef SPLITKV_WGMMA_SS_N64
+#define SPLITKV_WGMMA_D32_LIST                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define SPLITKV_WGMMA_D64_LIST                                                                                        \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                           \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                                  \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                                  \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define SPLITKV_WGMMA_D32(C)                                                                                          \
+  C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), C(d[11]),       \
+      C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]), C(d[20]), C(d[21]),             \
+      C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]), C(d[29]), C(d[30]), C(d[31])
+#define SPLITKV_WGMMA_D64(C)                                                                                          \
+  SPLITKV_WGMMA_D32(C),                                                                                               \
+      C(d[32]), C(d[33]), C(d[34]), C(d[35]), C(d[36]), C(d[37]), C(d[38]), C(d[39]), C(d[40]), C(d[41]), C(d[42]),   \
+      C(d[43]), C(d[44]), C(d[45]), C(d[46]), C(d[47]), C(d[48]), C(d[49]), C(d[50]), C(d[51]), C(d[52]),             \
+      C(d[53]), C(d[54]), C(d[55]), C(d[56]), C(d[57]), C(d[58]), C(d[59]), C(d[60]), C(d[61]), C(d[62]),             \
+      C(d[63])
 
-// d (64 x 128) += A (64 x 16 from registers, the mma.sync m16n8k16 A fragment per warp) *
-// B (16 x 128, MN-major in shared memory: [k][n], transposed by the instruction).
+// d (64 x N fp32 over the warpgroup) = A (64 x 16, K-major in shared memory) *
+// B (16 x N, K-major in shared memory: [n][k]) (+ d when kAccumulate), N = 128 (S of
+// head_dim 64/128's 128-key blocks) or 64 (S of head_dim 256's 64-key blocks). The first
+// k-step (kAccumulate false) takes d as an output only, so old accumulator values are not
+// inputs.
+template <typename T, bool kAccumulate>
+__device__ __forceinline__ void WgmmaSS(float (&d)[64], uint64_t desc_a, uint64_t desc_b);
+template <typename T, bool kAccumulate>
+__device__ __forceinline__ void WgmmaSS(float (&d)[32], uint64_t desc_a, uint64_t desc_b);
+// One specialisation: REGS accumulator registers of PTX shape SHAPE, DESCS the operand
+// numbers of the two descriptors after them, SCALE_D "1" to accumulate (ACC true) or "0".
+#define SPLITKV_WGMMA_SS(TYPE, PTX_TYPE, REGS, SHAPE, D_LIST, D_OPS, DESCS, ACC, SCALE_D, C)                          \
+  template <>                                                                                                         \
+  __device__ __forceinline__ void WgmmaSS<TYPE, ACC>(float (&d)[REGS], uint64_t desc_a, uint64_t desc_b) {            \
+    asm volatile("wgmma.mma_async.sync.aligned." SHAPE ".f32." PTX_TYPE "." PTX_TYPE " " D_LIST ", " DESCS            \
+                 ", " SCALE_D ", 1, 1, 0, 0;\n"                                                                       \
+                 : D_OPS(C)                                                                                           \
+                 : "l"(desc_a), "l"(desc_b));                                                                         \
+  }
+#define SPLITKV_WGMMA_SS_ALL(TYPE, PTX_TYPE)                                                                          \
+  SPLITKV_WGMMA_SS(TYPE, PTX_TYPE, 64, "m64n128k16", SPLITKV_WGMMA_D64_LIST, SPLITKV_WGMMA_D64, "%64, %65", true,     \
+                   "1", SPLITKV_RW)                                                                                   \
+  SPLITKV_WGMMA_SS(TYPE, PTX_TYPE, 64, "m64n128k16", SPLITKV_WGMMA_D64_LIST, SPLITKV_WGMMA_D64, "%64, %65", false,    \
+                   "0", SPLITKV_W)                                                                                    \
+  SPLITKV_WGMMA_SS(TYPE, PTX_TYPE, 32, "m64n64k16", SPLITKV_WGMMA_D32_LIST, SPLITKV_WGMMA_D32, "%32, %33", true, "1", \
+                   SPLITKV_RW)                                                                                        \
+  SPLITKV_WGMMA_SS(TYPE, PTX_TYPE, 32, "m64n64k16", SPLITKV_WGMMA_D32_LIST, SPLITKV_WGMMA_D32, "%32, %33", false,     \
+                   "0", SPLITKV_W)
+SPLITKV_WGMMA_SS_ALL(__nv_bfloat16, "bf16")
+SPLITKV_WGMMA_SS_ALL(__half, "f16")
+#undef SPLITKV_WGMMA_SS_ALL
+#undef SPLITKV_WGMMA_SS
+
+// d (64 x N) += A (64 x 16 from registers, the mma.sync m16n8k16 A fragment per warp) *
+// B (16 x N, MN-major in shared memory: [k][n], transposed by the instruction), N = 128 or
+// 64 (the P V of head_dim 64, where V's 64 columns are one 128-byte swizzle row).
 template <typename T>
 __device__ __forceinline__ void WgmmaRS(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b);
-
-template <>
-__device__ __forceinline__ void WgmmaRS<__nv_bfloat16>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SPLITKV_WGMMA_D_LIST
-      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : SPLITKV_WGMMA_D_OPERANDS
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-
-template <>
-__device__ __forceinline__ void WgmmaRS<__half>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SPLITKV_WGMMA_D_LIST
-      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : SPLITKV_WGMMA_D_OPERANDS
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
-}
-
-// d (64 x 64) += A (64 x 16 from registers) * B (16 x 64, MN-major in shared memory): the
-// P V of head_dim 64, where V's 64 columns are one 128-byte swizzle row.
 template <typename T>
 __device__ __forceinline__ void WgmmaRS(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b);
-
-#define SPLITKV_WGMMA_RS_N64(TYPE, PTX_TYPE)                                                                        \
-  template <>                                                                                                       \
-  __device__ __forceinline__ void WgmmaRS<TYPE>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {          \
-    asm volatile(                                                                                                   \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                                  \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX_TYPE "." PTX_TYPE " " SPLITKV_WGMMA_D32_LIST               \
-        ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                                                              \
-        : SPLITKV_WGMMA_D32(SPLITKV_RW)                                                                             \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                                                 \
+// One specialisation: A_OPS the operand numbers of A's four registers and B's descriptor.
+#define SPLITKV_WGMMA_RS(TYPE, PTX_TYPE, REGS, SHAPE, D_LIST, D_OPS, A_OPS)                                           \
+  template <>                                                                                                         \
+  __device__ __forceinline__ void WgmmaRS<TYPE>(float (&d)[REGS], const uint32_t (&a)[4], uint64_t desc_b) {          \
+    asm volatile(                                                                                                     \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                                    \
+        "wgmma.mma_async.sync.aligned." SHAPE ".f32." PTX_TYPE "." PTX_TYPE " " D_LIST ", " A_OPS                     \
+        ", p, 1, 1, 1;\n}\n"                                                                                          \
+        : D_OPS(SPLITKV_RW)                                                                                           \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));                                                   \
   }
-SPLITKV_WGMMA_RS_N64(__nv_bfloat16, "bf16")
-SPLITKV_WGMMA_RS_N64(__half, "f16")
-#undef SPLITKV_WGMMA_RS_N64
-#undef SPLITKV_RW
-#undef SPLITKV_W
+#define SPLITKV_WGMMA_RS_ALL(TYPE, PTX_TYPE)                                                                          \
+  SPLITKV_WGMMA_RS(TYPE, PTX_TYPE, 64, "m64n128k16", SPLITKV_WGMMA_D64_LIST, SPLITKV_WGMMA_D64,                       \
+                   "{%64, %65, %66, %67}, %68")                                                                       \
+  SPLITKV_WGMMA_RS(TYPE, PTX_TYPE, 32, "m64n64k16", SPLITKV_WGMMA_D32_LIST, SPLITKV_WGMMA_D32,                        \
+                   "{%32, %33, %34, %35}, %36")
+SPLITKV_WGMMA_RS_ALL(__nv_bfloat16, "bf16")
+SPLITKV_WGMMA_RS_ALL(__half, "f16")
+#undef SPLITKV_WGMMA_RS_ALL
+#undef SPLITKV_WGMMA_RS
+#undef SPLITKV_WGMMA_D64
 #undef SPLITKV_WGMMA_D32
+#undef SPLITKV_WGMMA_D64_LIST
 #undef SPLITKV_WGMMA_D32_LIST
-
-#undef SPLITKV_WGMMA_D_LIST
-#undef SPLITKV_WGMMA_D_OPERANDS
-#undef SPLITKV_WGMMA_D_OUTPUTS
+#undef SPLITKV_W
+#undef SPLITKV_RW
 
 // 2^x on the special-function unit; subnormal results flush to 0 (a probability that small
 // is 0 at 16-bit precision anyway), and 2^-inf is 0.
