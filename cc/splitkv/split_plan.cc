@@ -22,8 +22,8 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   double best = 0.0;
   for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
   // The wave model's time of s splits: waves x key blocks in the longest split.
-  const int64_t blocks = std::max<int64_t>(1, (max_kv_len + std::max<int64_t>(1, split_block_keys) - 1) /
-                                                  std::max<int64_t>(1, split_block_keys));
+  const int64_t block_keys = std::max<int64_t>(1, split_block_keys);
+  const int64_t blocks = std::max<int64_t>(1, (max_kv_len + block_keys - 1) / block_keys);
   auto cost = [&](int64_t s) { return (num_tiles * s + num_workers - 1) / num_workers * ((blocks + s - 1) / s); };
   int64_t chosen = 1;
   bool found = false;
