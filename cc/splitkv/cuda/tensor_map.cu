@@ -45,7 +45,7 @@ bool TensorMapsDisabled() {
 }
 
 bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,
-                     const int64_t* strides, const uint32_t* box) {
+                     const int64_t* strides, const uint32_t* box, CUtensorMapL2promotion l2_promotion) {
   const EncodeTiledFn encode = EncodeTiled();
   if (encode == nullptr || rank < 1 || rank > 5) return false;
   cuuint64_t global_dims[5], global_strides[4];
@@ -64,7 +64,7 @@ bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, 
       dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return encode(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), global_dims, global_strides,
                 box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                l2_promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 namespace {
@@ -110,8 +110,15 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   for (int64_t s : v_strides) {
     if (s % 8 != 0) return maps;
   }
-  if (!EncodeTensorMap(&maps.k, p.dtype, p.k_cache, 4, dims, k_strides, box) ||
-      !EncodeTensorMap(&maps.v, p.dtype, p.v_cache, 4, dims, v_strides, box)) {
+  // Requests stay the boxes' 128-byte lines. Widened to 256 bytes (what the prefill maps use)
+  // the same decode kernel took 6-7 % longer at head_dim 64, 128 and 256 (64 x 4096 d128:
+  // 262.6 against 245.4 us; 16 x 4096 70.3 / 65.0; 1 x 32768 39.5 / 37.1) on the H200, K/V read
+  // once at evict-first priority. Not over-fetch: at head_dim 64 a box's rows are one
+  // contiguous run and it cost as much. No promotion measured as 128 bytes does
+  // (docs/perf_log.md, sixth session).
+  constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  if (!EncodeTensorMap(&maps.k, p.dtype, p.k_cache, 4, dims, k_strides, box, kPromotion) ||
+      !EncodeTensorMap(&maps.v, p.dtype, p.v_cache, 4, dims, v_strides, box, kPromotion)) {
     return maps;
   }
   maps.box_rows = static_cast<int32_t>(rows);

@@ -20,10 +20,11 @@ bool TensorMapsDisabled();
 
 // Encodes a float16/bfloat16 tensor of `rank` (1 to 5) dimensions, dims[0] contiguous and
 // strides[i - 1] (elements) stepping dimension i, as a map with boxes `box` (elements per
-// dimension; box[0] * 2 bytes <= 128) and the 128-byte shared-memory swizzle. Returns false
-// when the driver refuses the description or has no tensor-map entry point.
+// dimension; box[0] * 2 bytes <= 128), the 128-byte shared-memory swizzle and `l2_promotion`
+// (how far L2 widens each request of a copy). Returns false when the driver refuses the
+// description or has no tensor-map entry point.
 bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,
-                     const int64_t* strides, const uint32_t* box);
+                     const int64_t* strides, const uint32_t* box, CUtensorMapL2promotion l2_promotion);
 
 // The paged decode kernel's maps of p's cache (kernel_params.h: PagedKvMaps), with boxes of
 // min(page_size, block_keys) slots; box_rows == 0 (row copies) when they don't apply:
