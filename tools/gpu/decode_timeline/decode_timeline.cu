@@ -2,11 +2,13 @@
 // launch, on the GPU machine. Not shipped: a probe for the next kernel change.
 //
 //   tools/gpu/decode_timeline/build.sh                    # here: nvcc, into .device/timeline
-//   .device/timeline/decode_timeline BATCH KV_LEN NUM_SPLITS [STAGES]   # there
+//   .device/timeline/decode_timeline BATCH KV_LEN NUM_SPLITS [STAGES] [ORDER]   # there
 //
 // bf16, 32 qo / 8 kv heads, head_dim 128, page 16, HND, pages in a random order; the kernel
 // runs with tensor copies (PagedKvMaps), STAGES 2 (3 CTAs an SM; the default for a split grid,
-// as the launcher picks) or 3 (2 an SM; the default unsplit). Timing: 40 launches queued on one
+// as the launcher picks) or 3 (2 an SM; the default unsplit). ORDER "identity" keeps the pages
+// in order (a request's pages one contiguous run), to tell the access pattern's cost from the
+// kernel's. Timing: 40 launches queued on one
 // stream between two events, over input copies rotated past 512 MiB; median of 3. Timeline:
 // thread 0 of each CTA stores %globaltimer at the marks make_traced.py puts in a copy of the
 // kernel (its docstring lists them); printed as percentiles over CTAs of each phase, the
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 __device__ unsigned long long g_timeline[65536 * 16];
@@ -91,11 +94,12 @@ double Percentile(std::vector<double> v, double q) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s BATCH KV_LEN NUM_SPLITS [STAGES: 2 or 3]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s BATCH KV_LEN NUM_SPLITS [STAGES: 2 or 3] [ORDER: random or identity]\n", argv[0]);
     return 2;
   }
   const int batch = std::atoi(argv[1]), kv_len = std::atoi(argv[2]), splits = std::atoi(argv[3]);
   const int stages = argc > 4 ? std::atoi(argv[4]) : (splits > 1 ? 2 : 3);
+  const bool shuffle = argc <= 5 || std::string(argv[5]) != "identity";
   if (batch < 1 || kv_len < 1 || splits < 1 || (stages != 2 && stages != 3)) {
     std::fprintf(stderr, "BATCH, KV_LEN, NUM_SPLITS >= 1 and STAGES 2 or 3 expected\n");
     return 2;
@@ -108,7 +112,7 @@ int main(int argc, char** argv) {
   std::vector<int> block_tables(num_pages), seq_lens(batch, kv_len);
   for (int i = 0; i < num_pages; ++i) block_tables[i] = i;
   std::srand(1);
-  for (int i = num_pages - 1; i > 0; --i) std::swap(block_tables[i], block_tables[std::rand() % (i + 1)]);
+  for (int i = num_pages - 1; shuffle && i > 0; --i) std::swap(block_tables[i], block_tables[std::rand() % (i + 1)]);
   int *d_tables = nullptr, *d_lens = nullptr;
   CHECK_CUDA(cudaMalloc(&d_tables, block_tables.size() * sizeof(int)));
   CHECK_CUDA(cudaMalloc(&d_lens, seq_lens.size() * sizeof(int)));
@@ -189,8 +193,8 @@ int main(int argc, char** argv) {
   unsigned long long t0 = ~0ull, t_end = 0;
   for (int c = 0; c < ctas; ++c) t0 = std::min(t0, tl[c * 16]), t_end = std::max(t_end, tl[c * 16 + 5]);
   const double kv_mb = double{1.0} * batch * kKvHeads * kv_len * kHeadDim * 2 * 2 / 1e6;
-  std::printf("%d x %d, %d splits, %d stages: %.1f us a launch (median of 3), %.2f TB/s; last launch spans %.1f us\n",
-              batch, kv_len, splits, stages, Percentile(per_launch, 0.5), kv_mb / Percentile(per_launch, 0.5),
+  std::printf("%d x %d, %d splits, %d stages, %s pages: %.1f us a launch (median of 3), %.2f TB/s; last launch spans %.1f us\n",
+              batch, kv_len, splits, stages, shuffle ? "random" : "identity", Percentile(per_launch, 0.5), kv_mb / Percentile(per_launch, 0.5),
               (t_end - t0) / 1e3);
   struct Phase {
     const char* name;
@@ -220,6 +224,25 @@ int main(int argc, char** argv) {
   }
   int num_sms = 0;
   CHECK_CUDA(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, 0));
+  // How many CTAs stream (between the first block's arrival and the loop's end) and how many
+  // are resident, over the launch in 20 bins: the tail's cost is the streaming count's fall.
+  {
+    constexpr int kBins = 20;
+    const double span = static_cast<double>(t_end - t0);
+    double streaming[kBins] = {}, alive[kBins] = {};
+    for (int c = 0; c < ctas; ++c) {
+      const unsigned long long* m = &tl[c * 16];
+      for (int b = 0; b < kBins; ++b) {
+        const double lo = t0 + span * b / kBins, hi = t0 + span * (b + 1) / kBins;
+        auto overlap = [&](double a, double z) { return std::max(0.0, std::min(hi, z) - std::max(lo, a)) / (hi - lo); };
+        streaming[b] += overlap(static_cast<double>(m[2]), static_cast<double>(m[3]));
+        alive[b] += overlap(static_cast<double>(m[0]), static_cast<double>(m[5]));
+      }
+    }
+    std::printf("  CTAs streaming / resident by twentieths of the span:\n   ");
+    for (int b = 0; b < kBins; ++b) std::printf(" %.0f/%.0f", streaming[b], alive[b]);
+    std::printf("\n");
+  }
   std::vector<int> n(num_sms, 0);
   std::vector<double> stream_us(num_sms, 0.0);
   for (int c = 0; c < ctas; ++c) {

@@ -38,10 +38,10 @@ def _traced(path, marks, renames=()):
 # The kernel gets its own include guard; the merge keeps its own, so that, included first,
 # it stands in for the original.
 _DECODE_KERNEL_MARKS = [
-    ("  T* const s_q = s_kv + 2 * S::kStages * S::kKvElems;\n", "  TIMELINE_MARK(0);\n", "after"),
+    ("  T* const s_q = s_kv + S::kSlots * S::kKvElems;\n", "  TIMELINE_MARK(0);\n", "after"),
     ("  const int kv_len = kv.kv_len;\n", "  TIMELINE_MARK_AFTER(9, kv_len);\n", "after"),
     ("  int next_page = page_for(0);\n", "  TIMELINE_MARK_AFTER(11, next_page);\n", "after"),
-    ("    if (b < num_blocks) load_kv(b, b);\n  }\n", "  TIMELINE_MARK(1);\n", "after"),
+    ("      if (b < num_blocks) load_kv(b, b);\n    }\n  }\n", "  TIMELINE_MARK(1);\n", "after"),
     ("    MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);\n", "    if (block == 0) TIMELINE_MARK(2);\n",
      "after"),
     ("#pragma unroll\n  for (int i = 0; i < 2; ++i) {\n    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);",
