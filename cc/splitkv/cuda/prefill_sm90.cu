@@ -24,8 +24,9 @@ bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t head_dim
   const int64_t dims[3] = {head_dim, num_heads, num_tokens};
   const int64_t strides[2] = {stride_head, stride_token};
   const uint32_t box[3] = {64, box_heads, box_tokens};
-  // Prefill reads each K/V tile from many CTAs (L2 hits); 128-byte requests measured the same
-  // as 256 here (H200, 4 x 4096 and 1 x 16384, head_dim 128 and 256: docs/perf_log.md).
+  // 128-byte requests measured the same as 256 here (H200, 4 x 4096 and 1 x 16384, head_dim
+  // 128 and 256: docs/perf_log.md), likely because each K/V tile is read by many CTAs and
+  // mostly hits in L2, and prefill is bound by its matrix products.
   return EncodeTensorMap(map, dtype, base, 3, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 

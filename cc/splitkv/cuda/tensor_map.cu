@@ -111,11 +111,12 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
     if (s % 8 != 0) return maps;
   }
   // Requests stay the boxes' 128-byte lines. Widened to 256 bytes (what the prefill maps use)
-  // the same decode kernel took 6-7 % longer at head_dim 64, 128 and 256 (64 x 4096 d128:
-  // 262.6 against 245.4 us; 16 x 4096 70.3 / 65.0; 1 x 32768 39.5 / 37.1) on the H200, K/V read
-  // once at evict-first priority. Not over-fetch: at head_dim 64 a box's rows are one
-  // contiguous run and it cost as much. No promotion measured as 128 bytes does
-  // (docs/perf_log.md, sixth session).
+  // the same decode kernel took 6-8 % longer on grids of many CTAs at head_dim 64, 128 and 256
+  // (64 x 4096 d128: 262.5 against 245.3 us; 16 x 4096 70.3 / 65.1; 1 x 32768 39.5 / 37.1) on
+  // the H200, K/V read once at evict-first priority; d256 split grids (one CTA an SM) moved
+  // under 1 %. Not over-fetch: at head_dim 64 a box's rows are one contiguous run and it cost
+  // as much. 64 bytes and no promotion measured the same as 128. Measured on HND caches; NHD
+  // maps take the same setting (docs/perf_log.md, sixth session).
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   if (!EncodeTensorMap(&maps.k, p.dtype, p.k_cache, 4, dims, k_strides, box, kPromotion) ||
       !EncodeTensorMap(&maps.v, p.dtype, p.v_cache, 4, dims, v_strides, box, kPromotion)) {

@@ -8,7 +8,7 @@
 // runs with tensor copies (PagedKvMaps), STAGES 2 (3 CTAs an SM; the default for a split grid,
 // as the launcher picks) or 3 (2 an SM; the default unsplit). ORDER "identity" keeps the pages
 // in order (a request's pages one contiguous run), to tell the access pattern's cost from the
-// kernel's. Timing: 40 launches queued on one
+// kernel's. The marks cover the whole-stage kernel only (head_dim 128 here), not the d256 ring. Timing: 40 launches queued on one
 // stream between two events, over input copies rotated past 512 MiB; median of 3. Timeline:
 // thread 0 of each CTA stores %globaltimer at the marks make_traced.py puts in a copy of the
 // kernel (its docstring lists them); printed as percentiles over CTAs of each phase, the
@@ -38,7 +38,7 @@ __device__ __forceinline__ unsigned SmId() {
     if (threadIdx.x == 0) {                                                  \
       unsigned long long* row = g_timeline + (blockIdx.y * gridDim.x + blockIdx.x) * 16; \
       row[i] = GlobalTimer();                                                \
-      if ((i) == 0) row[15] = SmId(), row[7] = 0, row[8] = 0;                \
+      if ((i) == 0) row[15] = SmId(), row[2] = 0, row[7] = 0, row[8] = 0;    \
     }                                                                        \
   } while (0)
 // A mark after a loaded value arrives (the branch makes the thread wait for it).
@@ -99,9 +99,11 @@ int main(int argc, char** argv) {
   }
   const int batch = std::atoi(argv[1]), kv_len = std::atoi(argv[2]), splits = std::atoi(argv[3]);
   const int stages = argc > 4 ? std::atoi(argv[4]) : (splits > 1 ? 2 : 3);
-  const bool shuffle = argc <= 5 || std::string(argv[5]) != "identity";
-  if (batch < 1 || kv_len < 1 || splits < 1 || (stages != 2 && stages != 3)) {
-    std::fprintf(stderr, "BATCH, KV_LEN, NUM_SPLITS >= 1 and STAGES 2 or 3 expected\n");
+  const std::string order = argc > 5 ? argv[5] : "random";
+  const bool shuffle = order == "random";
+  if (batch < 1 || kv_len < 1 || splits < 1 || (stages != 2 && stages != 3) ||
+      (order != "random" && order != "identity")) {
+    std::fprintf(stderr, "BATCH, KV_LEN, NUM_SPLITS >= 1, STAGES 2 or 3 and ORDER random or identity expected\n");
     return 2;
   }
   constexpr int kKvHeads = 8, kGroup = 4, kHeadDim = 128, kPage = 16;
@@ -228,15 +230,17 @@ int main(int argc, char** argv) {
   // are resident, over the launch in 20 bins: the tail's cost is the streaming count's fall.
   {
     constexpr int kBins = 20;
+    // Times relative to t0 before they become doubles (%globaltimer counts from the epoch).
     const double span = static_cast<double>(t_end - t0);
+    auto rel = [&](unsigned long long t) { return static_cast<double>(t - t0); };
     double streaming[kBins] = {}, alive[kBins] = {};
     for (int c = 0; c < ctas; ++c) {
       const unsigned long long* m = &tl[c * 16];
       for (int b = 0; b < kBins; ++b) {
-        const double lo = t0 + span * b / kBins, hi = t0 + span * (b + 1) / kBins;
+        const double lo = span * b / kBins, hi = span * (b + 1) / kBins;
         auto overlap = [&](double a, double z) { return std::max(0.0, std::min(hi, z) - std::max(lo, a)) / (hi - lo); };
-        streaming[b] += overlap(static_cast<double>(m[2]), static_cast<double>(m[3]));
-        alive[b] += overlap(static_cast<double>(m[0]), static_cast<double>(m[5]));
+        if (m[2] >= t0) streaming[b] += overlap(rel(m[2]), rel(m[3]));  // a split with no block never streams
+        alive[b] += overlap(rel(m[0]), rel(m[5]));
       }
     }
     std::printf("  CTAs streaming / resident by twentieths of the span:\n   ");
