@@ -33,9 +33,11 @@ constexpr int64_t kInt32Max = 2147483647;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Per device: SM count and resident CTAs of each (tile kind, head_dim), read once.
+// Per device: SM count, whether it runs the sm_90a kernels, and resident CTAs of each
+// (tile kind, head_dim), read once.
 struct DeviceInfo {
   int sm_count = 0;
+  bool sm90a = false;
   int ctas[2][3] = {{0, 0, 0}, {0, 0, 0}};  // [kind][head_dim 64, 128, 256]
 };
 
@@ -53,6 +55,7 @@ int ResidentCtas(TileKind kind, int64_t head_dim, const char* op) {
 struct DeviceWorkers {
   int sm_count;
   int ctas_per_sm;
+  bool sm90a;  // DeviceRunsSm90a
 };
 
 DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) {
@@ -64,6 +67,7 @@ DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) 
   if (static_cast<int>(devices.size()) <= device) devices.resize(device + 1);
   DeviceInfo& info = devices[device];
   if (info.sm_count == 0) {
+    info.sm90a = DeviceRunsSm90a(op);  // before sm_count, which marks the entry as read
     CheckCuda(cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device), op);
   }
   int& ctas = info.ctas[kind == TileKind::kDecode ? 0 : 1][HeadDimIndex(head_dim)];
@@ -74,7 +78,7 @@ DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) 
                       " kernel fits on an SM of device " + std::to_string(device));
     }
   }
-  return {info.sm_count, ctas};
+  return {info.sm_count, ctas, info.sm90a};
 }
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -148,7 +152,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   traits.q_tile_tokens = tile.q_tile_tokens;
   const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
   traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
-  if (tile.kind == TileKind::kDecode && DeviceRunsSm90a("splitkv")) {
+  if (tile.kind == TileKind::kDecode && workers.sm90a) {
     traits.fill_workers =
         int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, DecodeFillCtasPerSm(head_dim));
   }

@@ -69,7 +69,8 @@ inline constexpr int64_t kDecodeFillCtasPerSm = 2;
 // 3-4 points of copy bandwidth at 32 splits against 16, and batch 8 at 4 splits against 2 was
 // within -3..+3 points: H200, docs/perf_log.md).
 constexpr int64_t DecodeFillCtasPerSm(int64_t head_dim) {
-  return kDecodeFillCtasPerSm * 128 / head_dim > 1 ? kDecodeFillCtasPerSm * 128 / head_dim : 1;
+  const int64_t same_bytes = kDecodeFillCtasPerSm * 128 / head_dim;
+  return same_bytes > 1 ? same_bytes : 1;
 }
 static_assert(DecodeFillCtasPerSm(64) == 4 && DecodeFillCtasPerSm(128) == 2 && DecodeFillCtasPerSm(256) == 1);
 
