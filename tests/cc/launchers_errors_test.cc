@@ -243,8 +243,9 @@ TEST(RaggedBadArgumentsAreRefused) {
   CheckRefused<RaggedProblem, RaggedAttentionParams>(base, "ragged_attention", calls, &splitkv::LaunchRaggedAttention);
 }
 
-// A nonzero counter that a split launch would use: refused before any task runs.
-TEST(CorruptedCounterIsDetected) {
+// A nonzero counter that a split launch would use: refused before any task runs, and the
+// counter region zeroed (healed), so the same call then runs.
+TEST(CorruptedCounterIsDetectedAndHealed) {
   TestWorkspace ws(kWorkspaceBytes);
   PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
   const auto params = paged.Params(ws.data(), ws.bytes(), 2);
@@ -255,16 +256,16 @@ TEST(CorruptedCounterIsDetected) {
     EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(params), "paged_attention: ",
                   "counter region corrupted", "counter " + std::to_string(index), "got 3",
                   "bytes " + std::to_string(index * 4) + ".." + std::to_string(index * 4 + 4));
-    EXPECT_EQ(3u, ws.counters()[index]);  // refused: nothing touched, the counter included
-    EXPECT_TRUE(paged.out.bytes() == before);
-    ws.counters()[index] = 0;
+    EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());  // healed
+    EXPECT_TRUE(paged.out.bytes() == before);     // refused: out untouched
   }
   RaggedProblem ragged = splitkv_test::MakeRaggedProblem(BaseSpec());
   ws.counters()[1] = 1;
+  ws.counters()[splitkv::kMaxCounters - 1] = 5;  // one no launch here uses: zeroed all the same
   EXPECT_THROWS(WorkspaceError, splitkv::LaunchRaggedAttention(ragged.Params(ws.data(), ws.bytes(), 2)),
-                "ragged_attention: ", "counter region corrupted", "counter 1");
-  ws.counters()[1] = 0;
-  // Once repaired, the same calls run and leave the region zero.
+                "ragged_attention: ", "counter region corrupted", "counter 1", "reset to zero");
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  // Healed: the same calls run and leave the region zero.
   splitkv::LaunchPagedAttention(params);
   splitkv::LaunchRaggedAttention(ragged.Params(ws.data(), ws.bytes(), 2));
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
