@@ -280,6 +280,40 @@ TEST(OneSplitLaunchesNeitherReadNorWriteCounters) {
   EXPECT_EQ(int64_t{1}, ws.NonzeroCounters());
 }
 
+// A status record (as a CUDA launch leaves one) is reported by CheckWorkspaceStatus, which
+// zeroes the region and the host mirror first; a clean workspace passes; ResetCounterRegion
+// zeroes by hand.
+TEST(CheckWorkspaceStatusReportsAndHeals) {
+  TestWorkspace ws(kWorkspaceBytes);
+  uint32_t mirror[splitkv::kStatusWords] = {};
+  splitkv::WorkspaceBuffer buffer;
+  buffer.data = ws.data();
+  buffer.bytes = ws.bytes();
+  buffer.status_host = mirror;
+  splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr);
+  splitkv_test::Pass();
+  uint32_t* status = ws.counters() + splitkv::kStatusOffset / splitkv::kCounterBytes;
+  status[0] = splitkv::kStatusDirtyCounter, status[1] = 77, status[2] = 0xFFFFFFFFu;
+  ws.counters()[77] = 0xFFFFFFFFu;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "check_workspace: workspace counter region corrupted: an earlier launch on this workspace found "
+                "counter 77 (bytes 308..312) holding 4294967295 when a split arrived",
+                "reset to zero");
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  // The mirror alone (the device record already cleared) reports too, and is cleared.
+  mirror[0] = splitkv::kStatusDirtyCounter, mirror[1] = 3, mirror[2] = 65536;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "found counter 3 (bytes 12..16) holding 65536");
+  EXPECT_EQ(0u, mirror[0]);
+  splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr);
+  ws.counters()[5] = 1;
+  splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  buffer.bytes = 1024;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "too small", "got 1024");
+}
+
 TEST(CheckCounterRegionZeroNamesTheFirstNonzeroCounter) {
   TestWorkspace ws(splitkv::kCounterRegionBytes);
   splitkv::CheckCounterRegionZero(ws.data(), ws.bytes());
