@@ -295,16 +295,18 @@ class _Layout:
     layout needs besides addresses (byte extents for the overlap checks, the shapes of new
     outputs, where the work runs)."""
 
-    __slots__ = ("params", "launch", "extents", "out_given", "out_shape", "lse_shape", "cuda",
-                 "device", "v_offset", "host_max_q_len")
+    __slots__ = ("params", "launch", "extents", "out_shape", "lse_shape", "cuda",
+                 "device", "v_offset", "host_max_q_len", "q_contiguous")
 
-    def __init__(self, params, launch, q, operands, out_given, max_q_len, cu_seqlens_q):
+    def __init__(self, params, launch, q, operands, max_q_len, cu_seqlens_q):
         self.params = params
         self.launch = launch
         # Extents of the inputs in the order the call passes their addresses (_overlaps).
         self.extents = tuple(_extent(x) for x in operands)
-        self.out_given = out_given
         self.out_shape = tuple(q.shape)
+        # A new out is contiguous (the template's out strides): empty_like(q) makes one
+        # when q is (and costs less than new_empty).
+        self.q_contiguous = q.is_contiguous()
         self.lse_shape = tuple(q.shape[:2])
         self.device = q.device
         self.cuda = q.device.type == "cuda"
@@ -389,7 +391,7 @@ def _call_max_q_len(layout, cu_seqlens_q, paged):
 
 def _new_outputs(layout, q, out, return_lse):
     if out is None:
-        out = q.new_empty(layout.out_shape)
+        out = torch.empty_like(q) if layout.q_contiguous else q.new_empty(layout.out_shape)
     lse = q.new_empty(layout.lse_shape, dtype=torch.float32) if return_lse else None
     return out, lse
 
@@ -454,8 +456,7 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
         k, v = kv_cache[:, 0], kv_cache[:, 1]
         v_offset = v.data_ptr() - k.data_ptr()
     layout = _Layout(params, _splitkv.LaunchPagedFrom, q,
-                     (q, k, v, block_tables, seq_lens, cu_seqlens_q, out), out is not None,
-                     max_q_len, cu_seqlens_q)
+                     (q, k, v, block_tables, seq_lens, cu_seqlens_q, out), max_q_len, cu_seqlens_q)
     layout.v_offset = v_offset
     return layout
 
@@ -492,7 +493,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True)
     if key is not None and layout is None:
         _remember(key, _Layout(params, _splitkv.LaunchRaggedFrom, q,
-                               (q, k, v, cu_seqlens_q, cu_seqlens_kv, out), out is not None,
-                               max_q_len, cu_seqlens_q))
+                               (q, k, v, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,
+                               cu_seqlens_q))
     run(op, _splitkv.LaunchRaggedAttention, params, q, workspace)
     return new_out, lse

@@ -6,7 +6,6 @@ only allocates, aligns and reports.
 
 import contextlib
 import dataclasses
-import threading
 
 import torch
 
@@ -260,7 +259,7 @@ def check_counter_region(workspace):
 
 # Storages (device, base address) that a call is using now: a second call on any view of
 # the same memory, from another thread, is refused rather than left to race on the counters.
-_in_use = set()
+_in_use = {}
 # CUDA: per storage, the stream and an event recorded after its last launch. A launch on
 # another stream first waits for that event, so one workspace's launches never overlap
 # on the GPU (they are serialized in launch order, with no host sync).
@@ -268,7 +267,6 @@ _last_launch = {}
 # One event per (storage, stream), recorded again after each launch there: no event is made
 # per call. Re-recording is safe: a wait already enqueued keeps the state it saw.
 _events = {}
-_in_use_lock = threading.Lock()
 
 
 def busy_key(buffer):
@@ -277,18 +275,17 @@ def busy_key(buffer):
 
 
 def acquire(op, key):
-    """Marks the memory of ``key`` busy for one call; refuses it if another call holds it."""
-    with _in_use_lock:
-        if key in _in_use:
-            _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
-                         "one that another thread is using",
-                         "use one Workspace per thread (and per CUDA stream)")
-        _in_use.add(key)
+    """Marks the memory of ``key`` busy for one call; refuses it if another call holds it.
+    (dict.setdefault is one atomic step: no lock is needed to claim a key.)"""
+    claim = object()
+    if _in_use.setdefault(key, claim) is not claim:
+        _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
+                     "one that another thread is using",
+                     "use one Workspace per thread (and per CUDA stream)")
 
 
 def release(key):
-    with _in_use_lock:
-        _in_use.discard(key)
+    _in_use.pop(key, None)
 
 
 def order_after_last_launch(key, stream):
