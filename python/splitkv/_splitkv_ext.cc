@@ -7,7 +7,9 @@
 // pybind11's default translators.
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "cc/splitkv/launchers.h"
@@ -164,6 +166,82 @@ void BindRaggedParams(py::module_& m) {
       .def_readwrite("workspace", &P::workspace);
 }
 
+// ---- per-call launches from a validated template (python/splitkv/_calls.py) ----
+//
+// The Python side validates a call's shapes, strides, dtypes, devices and options once per
+// layout and keeps the filled params struct; each later call of that layout only supplies
+// its addresses here. The template is copied, never written, so threads may share it; the
+// launcher still runs every C++ check on the copy (they cost well under a microsecond).
+// A negative max_q_len / max_kv_len asks for the value the Python slow path computes from
+// host index tensors (CPU only: those pointers are host memory).
+
+// max(a[b + 1] - a[b]) over b < n (int64), or 0 for n == 0: _calls._longest on host data.
+int64_t LongestSegment(const int32_t* a, int64_t n) {
+  if (n <= 0) return 0;
+  int64_t longest = std::numeric_limits<int64_t>::min();
+  for (int64_t b = 0; b < n; ++b) longest = std::max(longest, int64_t{a[b + 1]} - a[b]);
+  return longest;
+}
+
+template <typename T>
+T* Address(std::uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+
+void LaunchPagedFrom(const PagedAttentionParams& plan, std::uintptr_t q, std::uintptr_t k_cache,
+                     std::uintptr_t v_cache, std::uintptr_t block_tables, std::uintptr_t seq_lens,
+                     std::uintptr_t cu_seqlens_q, std::uintptr_t out, std::uintptr_t lse,
+                     const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len) {
+  PagedAttentionParams p = plan;
+  p.q = Address<const void>(q);
+  p.k_cache = Address<const void>(k_cache);
+  p.v_cache = Address<const void>(v_cache);
+  p.block_tables = Address<const int32_t>(block_tables);
+  p.seq_lens = Address<const int32_t>(seq_lens);
+  p.cu_seqlens_q = Address<const int32_t>(cu_seqlens_q);
+  p.out = Address<void>(out);
+  p.lse = Address<float>(lse);
+  p.workspace = workspace;
+  p.stream = Address<void>(stream);
+  if (max_q_len < 0 && p.cu_seqlens_q != nullptr) {
+    p.max_q_len = std::max<int64_t>(1, LongestSegment(p.cu_seqlens_q, p.batch_size));
+  } else {
+    p.max_q_len = max_q_len;
+  }
+  if (p.backend == Backend::kCpu && p.batch_size > 0) {
+    // The split heuristic's bound on keys, as _paged_params computes it.
+    const int64_t longest = *std::max_element(p.seq_lens, p.seq_lens + p.batch_size);
+    p.max_kv_len = std::max<int64_t>(0, std::min(longest, p.max_pages_per_seq * p.page_size));
+  }
+  LaunchPagedAttention(p);
+}
+
+void LaunchRaggedFrom(const RaggedAttentionParams& plan, std::uintptr_t q, std::uintptr_t k,
+                      std::uintptr_t v, std::uintptr_t cu_seqlens_q, std::uintptr_t cu_seqlens_kv,
+                      std::uintptr_t out, std::uintptr_t lse, const WorkspaceBuffer& workspace,
+                      std::uintptr_t stream, int64_t max_q_len) {
+  RaggedAttentionParams p = plan;
+  p.q = Address<const void>(q);
+  p.k = Address<const void>(k);
+  p.v = Address<const void>(v);
+  p.cu_seqlens_q = Address<const int32_t>(cu_seqlens_q);
+  p.cu_seqlens_kv = Address<const int32_t>(cu_seqlens_kv);
+  p.out = Address<void>(out);
+  p.lse = Address<float>(lse);
+  p.workspace = workspace;
+  p.stream = Address<void>(stream);
+  if (max_q_len >= 0 || p.cu_seqlens_q == nullptr) {
+    p.max_q_len = max_q_len;
+  } else {
+    p.max_q_len = LongestSegment(p.cu_seqlens_q, p.batch_size);
+  }
+  if (p.backend == Backend::kCpu && p.cu_seqlens_kv != nullptr) {
+    const int64_t longest = LongestSegment(p.cu_seqlens_kv, p.batch_size);
+    p.max_kv_len = std::max<int64_t>(0, std::min(longest, p.total_kv));
+  }
+  LaunchRaggedAttention(p);
+}
+
 void BindLaunchers(py::module_& m) {
   // The launchers run attention on the thread pool (CPU) or enqueue it (CUDA): other
   // Python threads keep running meanwhile.
@@ -172,6 +250,8 @@ void BindLaunchers(py::module_& m) {
   m.def("LaunchRaggedAttention", &LaunchRaggedAttention, py::arg("params"), release);
   m.def("PlanPagedAttention", &PlanPagedAttention, py::arg("params"), release);
   m.def("PlanRaggedAttention", &PlanRaggedAttention, py::arg("params"), release);
+  m.def("LaunchPagedFrom", &LaunchPagedFrom, release);
+  m.def("LaunchRaggedFrom", &LaunchRaggedFrom, release);
   m.def(
       "CheckCounterRegionZero",
       [](std::uintptr_t workspace, int64_t workspace_bytes) {

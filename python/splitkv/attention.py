@@ -1,30 +1,22 @@
 """paged_attention and ragged_attention: torch tensors in, the C++ launchers underneath.
 
-This module turns tensors into the C++ param structs (pointers, shapes, strides in
-elements, dtype codes, a stream handle), applies defaults, and checks what only the torch
-side can see (_checks.py). Values are validated by the C++ core, whose errors arrive as
-ValueError; nothing here computes a workspace offset.
+The public functions and their plans. Turning tensors into the C++ param structs, the
+torch-side checks and the cache of validated layouts that keeps a call's host time low
+live in _calls.py (shared with ops.py); values are validated by the C++ core, whose errors
+arrive as ValueError; nothing here computes a workspace offset.
 """
 
-import contextlib
 import dataclasses
-import math
 
 import torch
 
-from splitkv import _checks
+from splitkv import _calls
 from splitkv import _splitkv
-from splitkv.workspace import WorkspaceLayout, exclusive, status_host_address
+from splitkv import ops
+from splitkv.workspace import WorkspaceLayout
 
-_PAGED = "paged_attention"
-_RAGGED = "ragged_attention"
-_KV_LAYOUTS = ("HND", "NHD")
-# Axes of (page, kv head, slot) in a 4-D k or v cache of each layout.
-_KV_AXES = {"HND": (0, 1, 2), "NHD": (0, 2, 1)}
-_KV_SHAPES = {
-    "HND": "[num_pages, num_kv_heads, page_size, head_dim]",
-    "NHD": "[num_pages, page_size, num_kv_heads, head_dim]",
-}
+_PAGED = _calls.PAGED
+_RAGGED = _calls.RAGGED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,188 +43,7 @@ class Plan:
         return cls(plan.num_splits, WorkspaceLayout._from_ext(plan.layout), plan.num_tiles)
 
 
-# ---- shared pieces ----
-
-
-def _query(op, q):
-    _checks.tensor(op, "q", q)
-    _checks.rank(op, "q", q, 3, "[total_q, num_qo_heads, head_dim]")
-    dtype = _checks.attention_dtype(op, "q", q)
-    backend = _checks.backend(op, q.device)
-    _checks.inner_stride(op, "q", q)
-    return dtype, backend
-
-
-def _operand(op, name, x, q, ndim, shape_doc):
-    """A tensor of q's dtype and device with a dense last dimension."""
-    _checks.tensor(op, name, x)
-    _checks.device(op, name, x, q.device)
-    _checks.rank(op, name, x, ndim, shape_doc)
-    _checks.same_dtype(op, name, x, "q", q)
-    _checks.inner_stride(op, name, x)
-
-
-def _head_dim(op, name, head_dim, q):
-    if head_dim != q.shape[2]:
-        _checks.fail(op, f"{name} head_dim", "mismatch", f"{q.shape[2]} (q.shape[2])", head_dim)
-
-
-def _index(op, name, x, q, ndim):
-    _checks.index_tensor(op, name, x, ndim)
-    _checks.device(op, name, x, q.device)
-
-
-def _longest(cu_seqlens):
-    """The largest cu_seqlens[b + 1] - cu_seqlens[b] (0 for no requests); syncs on CUDA."""
-    if cu_seqlens.numel() < 2:
-        return 0
-    return int((cu_seqlens[1:].to(torch.int64) - cu_seqlens[:-1].to(torch.int64)).max())
-
-
-def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_splits):
-    options = _splitkv.AttentionOptions()
-    options.causal = _checks.flag(op, "causal", causal)
-    options.window_left = _checks.integer(op, "window_left", window_left, -1,
-                                          "-1 (no window) or an int >= 0")
-    options.logits_soft_cap = _checks.real(op, "logits_soft_cap", logits_soft_cap)
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
-    options.sm_scale = _checks.real(op, "sm_scale", sm_scale)
-    if num_splits is not None:
-        options.num_splits = _checks.integer(op, "num_splits", num_splits, 1,
-                                             "None (the planner chooses) or an int >= 1")
-    return options
-
-
-def _workspace(op, workspace, q, operands):
-    """The C++ view of the workspace, refused if it shares a byte with any of `operands`
-    ((name, tensor or None) pairs): the call overwrites the bytes it plans to use."""
-    buffer = _checks.workspace_tensor(op, workspace)
-    _checks.device(op, "workspace", buffer, q.device)
-    _checks.workspace_disjoint(op, buffer, operands)
-    result = _splitkv.WorkspaceBuffer()
-    result.data = buffer.data_ptr()
-    result.bytes = buffer.numel()
-    result.status_host = status_host_address(workspace, buffer)
-    return result
-
-
-def _outputs(op, q, out, return_lse, launch):
-    """out (given or new) and lse (new or None). A plan writes nothing: no allocation."""
-    if out is not None:
-        _operand(op, "out", out, q, 3, "[total_q, num_qo_heads, head_dim]")
-        _checks.same_shape(op, "out", out, "q", q)
-    elif launch:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = None
-    if return_lse and launch:
-        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
-    return out, lse
-
-
-def _fill_common(params, q, out, lse, dtype, backend, options, workspace):
-    params.q = q.data_ptr()
-    params.q_stride_token, params.q_stride_head = q.stride(0), q.stride(1)
-    if out is not None:
-        params.out = out.data_ptr()
-        params.out_stride_token, params.out_stride_head = out.stride(0), out.stride(1)
-    else:
-        # A plan never writes: q's address stands in for out, with the strides of the
-        # contiguous out a call would allocate.
-        params.out = q.data_ptr()
-        params.out_stride_token, params.out_stride_head = q.shape[1] * q.shape[2], q.shape[2]
-    params.lse = lse.data_ptr() if lse is not None else 0
-    params.total_q, params.num_qo_heads, params.head_dim = q.shape
-    params.dtype = dtype
-    params.backend = backend
-    params.options = options
-    params.workspace = workspace
-    if q.device.type == "cuda":
-        params.stream = torch.cuda.current_stream(q.device).cuda_stream
-
-
-def _on_device(device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def _run(op, launcher, params, q, workspace):
-    with exclusive(op, workspace), _on_device(q.device):
-        return launcher(params)
-
-
 # ---- paged ----
-
-
-def _paged_kv(op, kv_cache, kv_layout, q):
-    """k and v as 4-D tensors of the layout, from a 5-D cache or a (k, v) pair."""
-    if kv_layout not in _KV_LAYOUTS:
-        _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
-    shape = _KV_SHAPES[kv_layout]
-    if isinstance(kv_cache, (tuple, list)):
-        if len(kv_cache) != 2:
-            _checks.fail(op, "kv_cache", "has the wrong length", "a (k, v) pair of tensors",
-                         f"{len(kv_cache)} items")
-        (k, v), names = kv_cache, ("kv_cache[0]", "kv_cache[1]")
-        for name, x in zip(names, (k, v)):
-            _operand(op, name, x, q, 4, f"{shape} ({kv_layout})")
-        _checks.same_shape(op, names[1], v, names[0], k)
-    else:
-        five_d = shape.replace("[num_pages, ", "[num_pages, 2, ")
-        _operand(op, "kv_cache", kv_cache, q, 5, f"{five_d} ({kv_layout})")
-        _checks.dim(op, "kv_cache", kv_cache, 1, 2, "k and v")
-        k, v, names = kv_cache[:, 0], kv_cache[:, 1], ("kv_cache", "kv_cache")
-    _head_dim(op, names[0], k.shape[3], q)
-    return k, v
-
-
-def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
-                  sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch):
-    dtype, backend = _query(op, q)
-    k, v = _paged_kv(op, kv_cache, kv_layout, q)
-    _index(op, "block_tables", block_tables, q, 2)
-    _index(op, "seq_lens", seq_lens, q, 1)
-    batch_size, max_pages_per_seq = block_tables.shape
-    _checks.dim(op, "seq_lens", seq_lens, 0, batch_size, "batch_size, block_tables.shape[0]")
-    if cu_seqlens_q is not None:
-        _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
-        _checks.dim(op, "cu_seqlens_q", cu_seqlens_q, 0, batch_size + 1,
-                    "batch_size + 1, block_tables.shape[0] + 1")
-    if max_q_len is None:
-        max_q_len = max(1, _longest(cu_seqlens_q)) if cu_seqlens_q is not None else 1
-    else:
-        max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
-    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
-    out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v)], "tensor",
-                     "attention is not computed in place")
-    ws = _workspace(op, workspace, q, [
-        ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
-        ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse)])
-
-    params = _splitkv.PagedAttentionParams()
-    _fill_common(params, q, out, lse, dtype, backend, options, ws)
-    page_axis, head_axis, slot_axis = _KV_AXES[kv_layout]
-    params.k_cache, params.v_cache = k.data_ptr(), v.data_ptr()
-    params.k_stride_page, params.k_stride_head, params.k_stride_slot = (
-        k.stride(page_axis), k.stride(head_axis), k.stride(slot_axis))
-    params.v_stride_page, params.v_stride_head, params.v_stride_slot = (
-        v.stride(page_axis), v.stride(head_axis), v.stride(slot_axis))
-    params.num_pages, params.num_kv_heads, params.page_size = (
-        k.shape[page_axis], k.shape[head_axis], k.shape[slot_axis])
-    params.block_tables = block_tables.data_ptr()
-    # One row: its stride is meaningless to torch (may be anything), not to the kernels.
-    params.block_tables_stride = block_tables.stride(0) if batch_size > 1 else max_pages_per_seq
-    params.seq_lens = seq_lens.data_ptr()
-    params.cu_seqlens_q = cu_seqlens_q.data_ptr() if cu_seqlens_q is not None else 0
-    params.batch_size = batch_size
-    params.max_pages_per_seq = max_pages_per_seq
-    params.max_q_len = max_q_len
-    if q.device.type == "cpu" and batch_size > 0:
-        # The split heuristic's bound on keys; free to read on the host (0: the capacity).
-        capacity = max_pages_per_seq * params.page_size
-        params.max_kv_len = max(0, min(int(seq_lens.max()), capacity))
-    return params, out, lse
 
 
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
@@ -342,17 +153,14 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     """
     if torch.compiler.is_compiling():
         # Raw pointers cannot be traced: under torch.compile take the custom op instead.
-        from splitkv import ops
         return ops.paged_attention(
             q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
             out=out, max_q_len=max_q_len)
-    params, out, lse = _paged_params(
+    out, lse = _calls.paged_call(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
-        sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=True)
-    _run(_PAGED, _splitkv.LaunchPagedAttention, params, q, workspace)
+        sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len)
     return (out, lse) if return_lse else out
 
 
@@ -381,58 +189,14 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
     >>> plan = splitkv.plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace)
     >>> plan.num_splits, plan.layout.regions()
     """
-    params, _, _ = _paged_params(
+    params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
         launch=False)
-    return Plan._from_ext(_run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
+    return Plan._from_ext(_calls.run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
 
 
 # ---- ragged ----
-
-
-def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
-                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch):
-    dtype, backend = _query(op, q)
-    kv_shape = "[total_kv, num_kv_heads, head_dim]"
-    _operand(op, "k", k, q, 3, kv_shape)
-    _operand(op, "v", v, q, 3, kv_shape)
-    _checks.same_shape(op, "v", v, "k", k)
-    _head_dim(op, "k", k.shape[2], q)
-    _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
-    _index(op, "cu_seqlens_kv", cu_seqlens_kv, q, 1)
-    if cu_seqlens_q.numel() < 1:
-        _checks.fail(op, "cu_seqlens_q", "is empty", "[batch_size + 1] prefix sums from 0",
-                     "shape (0,)")
-    batch_size = cu_seqlens_q.numel() - 1
-    _checks.dim(op, "cu_seqlens_kv", cu_seqlens_kv, 0, batch_size + 1,
-                "batch_size + 1, cu_seqlens_q.shape[0]")
-    if max_q_len is None:
-        max_q_len = _longest(cu_seqlens_q)
-    else:
-        max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
-    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
-    out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v)], "tensor",
-                     "attention is not computed in place")
-    ws = _workspace(op, workspace, q, [
-        ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse)])
-
-    params = _splitkv.RaggedAttentionParams()
-    _fill_common(params, q, out, lse, dtype, backend, options, ws)
-    params.k, params.v = k.data_ptr(), v.data_ptr()
-    params.k_stride_token, params.k_stride_head = k.stride(0), k.stride(1)
-    params.v_stride_token, params.v_stride_head = v.stride(0), v.stride(1)
-    params.cu_seqlens_q = cu_seqlens_q.data_ptr()
-    params.cu_seqlens_kv = cu_seqlens_kv.data_ptr()
-    params.batch_size = batch_size
-    params.total_kv, params.num_kv_heads = k.shape[0], k.shape[1]
-    params.max_q_len = max_q_len
-    if q.device.type == "cpu":
-        # The split heuristic's bound on keys; free to read on the host (0: total_kv).
-        params.max_kv_len = max(0, min(_longest(cu_seqlens_kv), k.shape[0]))
-    return params, out, lse
 
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
@@ -519,15 +283,13 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     >>> out = splitkv.ragged_attention(q, k, v, cu_seqlens, cu_seqlens, workspace)
     """
     if torch.compiler.is_compiling():
-        from splitkv import ops
         return ops.ragged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
             return_lse=return_lse, out=out, max_q_len=max_q_len)
-    params, out, lse = _ragged_params(
+    out, lse = _calls.ragged_call(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True)
-    _run(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, workspace)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len)
     return (out, lse) if return_lse else out
 
 
@@ -556,7 +318,7 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
     ...                                      num_splits=4)
     >>> plan.layout.required_bytes
     """
-    params, _, _ = _ragged_params(
+    params, _, _ = _calls.ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False)
-    return Plan._from_ext(_run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))
+    return Plan._from_ext(_calls.run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))

@@ -36,12 +36,12 @@ from typing import Optional
 
 import torch
 
+from splitkv import _calls
 from splitkv import _checks
 from splitkv import _splitkv
-from splitkv import attention
 
-_PAGED = attention._PAGED
-_RAGGED = attention._RAGGED
+_PAGED = _calls.PAGED
+_RAGGED = _calls.RAGGED
 _MUTATED = ("workspace", "out", "lse")
 
 
@@ -62,7 +62,7 @@ def _launch(op, launcher, params, q, lse, workspace):
         _lse(op, lse, q)
         _checks.workspace_disjoint(op, _checks.workspace_tensor(op, workspace), [("lse", lse)])
         params.lse = lse.data_ptr()
-    attention._run(op, launcher, params, q, workspace)
+    _calls.run(op, launcher, params, q, workspace)
 
 
 @torch.library.custom_op("splitkv::paged_attention", mutates_args=_MUTATED)
@@ -73,7 +73,7 @@ def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Te
               logits_soft_cap: float, num_splits: Optional[int],
               max_q_len: Optional[int]) -> None:
     kv_cache = k_cache if v_cache is None else (k_cache, v_cache)
-    params, _, _ = attention._paged_params(
+    params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, False, out, max_q_len,
         launch=True)
@@ -91,7 +91,7 @@ def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                lse: Optional[torch.Tensor], causal: bool, sm_scale: Optional[float],
                window_left: int, logits_soft_cap: float, num_splits: Optional[int],
                max_q_len: Optional[int]) -> None:
-    params, _, _ = attention._ragged_params(
+    params, _, _ = _calls.ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, False, out, max_q_len, launch=True)
     _launch(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, lse, workspace)
@@ -168,7 +168,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     _checks.tensor(op, "block_tables", block_tables)
     _checks.tensor(op, "seq_lens", seq_lens)
     _optional_tensor(op, "cu_seqlens_q", cu_seqlens_q)
-    if kv_layout not in attention._KV_LAYOUTS:
+    if kv_layout not in _calls.KV_LAYOUTS:
         _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
     buffer = _checks.workspace_tensor(op, workspace)
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(

@@ -7,7 +7,6 @@ only allocates, aligns and reports.
 import contextlib
 import dataclasses
 import os
-import threading
 
 import torch
 
@@ -25,7 +24,7 @@ STATUS_OFFSET = _splitkv.kStatusOffset
 
 # SPLITKV_CHECK_WORKSPACE=1: every call checks the whole counter region before and after it
 # runs (a host sync each time), for users chasing a fault. Read once, at import.
-_CHECK_EVERY_CALL = os.environ.get("SPLITKV_CHECK_WORKSPACE", "") == "1"
+CHECK_EVERY_CALL = os.environ.get("SPLITKV_CHECK_WORKSPACE", "") == "1"
 
 # Products of the layout are int64 in C++: refuse inputs whose scratch bytes would not fit.
 _MAX_LAYOUT_BYTES = 2**62
@@ -140,6 +139,22 @@ def required_workspace_bytes(total_q, num_qo_heads, head_dim, num_splits):
     return workspace_layout(total_q, num_qo_heads, head_dim, num_splits).required_bytes
 
 
+def c_workspace(workspace, buffer):
+    """The C++ view (``_splitkv.WorkspaceBuffer``) of ``workspace`` (a Workspace or a user's
+    tensor) whose bytes are ``buffer``: the one place that builds it."""
+    result = _splitkv.WorkspaceBuffer()
+    result.data = buffer.data_ptr()
+    result.bytes = buffer.numel()
+    result.status_host = status_host_address(workspace, buffer)
+    return result
+
+
+def tensor_signature(x):
+    """What a call's validation of tensor ``x`` depends on, besides its address: class,
+    shape, strides, dtype, device (raises AttributeError for what is not a tensor)."""
+    return (x.__class__, x.shape, x.stride(), x.dtype, x.device)
+
+
 class Workspace:
     """A workspace buffer for splitkv's operations, zeroed once when made.
 
@@ -200,6 +215,7 @@ class Workspace:
         self.nbytes = nbytes
         self.device = raw.device
         self._status_host = _new_status_mirror(self.device)
+        self._view = None
 
     def counter_region(self):
         """The counter region, bytes ``[0, COUNTER_REGION_BYTES)``, as a uint8 view."""
@@ -241,6 +257,16 @@ class Workspace:
     def __repr__(self):
         return f"Workspace(nbytes={self.nbytes}, device='{self.device}')"
 
+    def _launch_view(self):
+        """(tensor, its signature, C++ view, busy key) of ``self.tensor``, made once per
+        tensor: a call's fast path (splitkv._calls) reads them instead of the tensor."""
+        view = self._view
+        if view is None or view[0] is not self.tensor:
+            buffer = self.tensor
+            view = self._view = (buffer, tensor_signature(buffer), c_workspace(self, buffer),
+                                 busy_key(buffer))
+        return view
+
 
 def _new_status_mirror(device):
     """Pinned host words the CUDA kernels write a dirty-counter record into (C++:
@@ -269,10 +295,7 @@ def status_host_address(workspace, buffer):
 
 def _status_call_args(workspace, buffer):
     """(WorkspaceBuffer, Backend, stream) for the status and reset calls."""
-    view = _splitkv.WorkspaceBuffer()
-    view.data = buffer.data_ptr()
-    view.bytes = buffer.numel()
-    view.status_host = status_host_address(workspace, buffer)
+    view = c_workspace(workspace, buffer)
     if buffer.device.type == "cuda":
         return view, _splitkv.Backend.cuda, torch.cuda.current_stream(buffer.device).cuda_stream
     return view, _splitkv.Backend.cpu, 0
@@ -304,7 +327,7 @@ def _on_device(device):
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-def _check_every_call(op, workspace, buffer, when):
+def check_every_call(op, workspace, buffer, when):
     """SPLITKV_CHECK_WORKSPACE=1: the whole counter region must be zero (synchronises)."""
     if buffer.device.type == "cuda":
         torch.cuda.current_stream(buffer.device).synchronize()
@@ -348,26 +371,51 @@ def check_counter_region(workspace):
 
 # Storages (device, base address) that a call is using now: a second call on any view of
 # the same memory, from another thread, is refused rather than left to race on the counters.
-_in_use = set()
+_in_use = {}
 # CUDA: per storage, the stream and an event recorded after its last launch. A launch on
 # another stream first waits for that event, so one workspace's launches never overlap
 # on the GPU (they are serialized in launch order, with no host sync).
 _last_launch = {}
-_in_use_lock = threading.Lock()
+# One event per (storage, stream), recorded again after each launch there: no event is made
+# per call. Re-recording is safe: a wait already enqueued keeps the state it saw.
+_events = {}
 
 
-def _order_after_last_launch(key, device):
-    """Makes the current stream wait for the workspace's last launch on another stream.
+def busy_key(buffer):
+    """The key under which calls on ``buffer``'s memory are tracked: (device, storage base)."""
+    return (str(buffer.device), buffer.untyped_storage().data_ptr())
 
-    Skipped while a CUDA graph is being captured: the captured launches are ordered by the
-    graph, and their replays by the caller's streams."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return None
-    stream = torch.cuda.current_stream(device)
+
+def acquire(op, key):
+    """Marks the memory of ``key`` busy for one call; refuses it if another call holds it.
+    (dict.setdefault is one atomic step: no lock is needed to claim a key.)"""
+    claim = object()
+    if _in_use.setdefault(key, claim) is not claim:
+        _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
+                     "one that another thread is using",
+                     "use one Workspace per thread (and per CUDA stream)")
+
+
+def release(key):
+    _in_use.pop(key, None)
+
+
+def order_after_last_launch(key, stream):
+    """Makes ``stream`` wait for the workspace's last launch on another stream. Not called
+    while a CUDA graph is being captured: the captured launches are ordered by the graph,
+    and their replays by the caller's streams."""
     last = _last_launch.get(key)
     if last is not None and last[0] != stream:
         stream.wait_event(last[1])
-    return stream
+
+
+def record_launch(key, stream):
+    """Records, after a launch on ``stream``, the event the next launch on another stream waits for."""
+    event = _events.get((key, stream.cuda_stream))
+    if event is None:
+        event = _events[(key, stream.cuda_stream)] = torch.cuda.Event()
+    event.record(stream)
+    _last_launch[key] = (stream, event)
 
 
 @contextlib.contextmanager
@@ -375,24 +423,19 @@ def exclusive(op, workspace):
     """Marks the workspace's memory busy for one call (a Workspace or a user's tensor), and
     on CUDA orders the launch after the last one on the same memory from another stream."""
     buffer = workspace.tensor if isinstance(workspace, Workspace) else workspace
-    key = (str(buffer.device), buffer.untyped_storage().data_ptr())
-    with _in_use_lock:
-        if key in _in_use:
-            _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
-                         "one that another thread is using",
-                         "use one Workspace per thread (and per CUDA stream)")
-        _in_use.add(key)
+    key = busy_key(buffer)
+    acquire(op, key)
     try:
-        stream = _order_after_last_launch(key, buffer.device)
-        if _CHECK_EVERY_CALL:
-            _check_every_call(op, workspace, buffer, "before")
+        stream = None
+        if buffer.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
+            stream = torch.cuda.current_stream(buffer.device)
+            order_after_last_launch(key, stream)
+        if CHECK_EVERY_CALL:
+            check_every_call(op, workspace, buffer, "before")
         yield
-        if _CHECK_EVERY_CALL:
-            _check_every_call(op, workspace, buffer, "after")
+        if CHECK_EVERY_CALL:
+            check_every_call(op, workspace, buffer, "after")
         if stream is not None:
-            event = torch.cuda.Event()
-            event.record(stream)
-            _last_launch[key] = (stream, event)
+            record_launch(key, stream)
     finally:
-        with _in_use_lock:
-            _in_use.discard(key)
+        release(key)

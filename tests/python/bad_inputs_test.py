@@ -34,10 +34,13 @@ def test_refused(device, row, request):
             reason="python/splitkv/attention.py does not call _checks.workspace_disjoint yet"))
     problem, expected = errors_test._valid(device, row.kind)
     workspace = harness.shared_workspace(device)
-    with pytest.raises(row.error) as caught:
-        row.call(problem, workspace, device)
-    assert str(caught.value) == bad_inputs.expected_message(row, problem, device)
-    harness.assert_counter_region_zero(workspace)
+    # Twice: a refusal that depends on more than the call's layout (index values, addresses)
+    # comes the second time from the per-call path (python/splitkv/_calls.py), same message.
+    for _ in range(2):
+        with pytest.raises(row.error) as caught:
+            row.call(problem, workspace, device)
+        assert str(caught.value) == bad_inputs.expected_message(row, problem, device)
+        harness.assert_counter_region_zero(workspace)
     # The same workspace then serves a valid split call.
     harness.assert_close(problem.run(workspace, num_splits=3), expected, _DTYPE)
     harness.assert_counter_region_zero(workspace)

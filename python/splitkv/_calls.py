@@ -1,0 +1,505 @@
+"""Tensors to the C++ launchers: validation, params, and a cache of validated layouts.
+
+The shared core of :mod:`splitkv.attention` (the eager functions and the plan objects) and
+:mod:`splitkv.ops` (the custom ops). Two paths reach the launchers:
+
+- the full path (:func:`paged_params`, :func:`ragged_params`, :func:`run`): every torch-side
+  check (_checks.py) and a C++ params struct filled field by field. Plans, the custom ops
+  and the first call of each layout take it; every refusal's message comes from it.
+- the per-call path (:func:`paged_call`, :func:`ragged_call`): a call whose layout (the
+  classes, shapes, strides, dtypes and devices of its tensors, its options and its
+  workspace's) passed the full path before reuses that path's params as a template and
+  only supplies its addresses (one C++ call, `LaunchPagedFrom` / `LaunchRaggedFrom`, which
+  runs every C++ check again). What depends on the addresses is checked on every call: a
+  caller's `out` or the workspace sharing bytes with another tensor sends the call to the
+  full path, which refuses it with its own message. Index values (CPU) and the counters
+  are the C++ launcher's, on every call.
+
+Both paths launch the same work with the same params; only the host time differs.
+"""
+
+import contextlib
+import math
+
+import torch
+
+from splitkv import _checks
+from splitkv import _splitkv
+from splitkv import workspace as workspace_module
+from splitkv.workspace import Workspace
+from splitkv.workspace import tensor_signature
+
+PAGED = "paged_attention"
+RAGGED = "ragged_attention"
+KV_LAYOUTS = ("HND", "NHD")
+# Axes of (page, kv head, slot) in a 4-D k or v cache of each layout.
+_KV_AXES = {"HND": (0, 1, 2), "NHD": (0, 2, 1)}
+_KV_SHAPES = {
+    "HND": "[num_pages, num_kv_heads, page_size, head_dim]",
+    "NHD": "[num_pages, page_size, num_kv_heads, head_dim]",
+}
+
+
+
+# ---- the full path: checks and params ----
+
+
+def _query(op, q):
+    _checks.tensor(op, "q", q)
+    _checks.rank(op, "q", q, 3, "[total_q, num_qo_heads, head_dim]")
+    dtype = _checks.attention_dtype(op, "q", q)
+    backend = _checks.backend(op, q.device)
+    _checks.inner_stride(op, "q", q)
+    return dtype, backend
+
+
+def _operand(op, name, x, q, ndim, shape_doc):
+    """A tensor of q's dtype and device with a dense last dimension."""
+    _checks.tensor(op, name, x)
+    _checks.device(op, name, x, q.device)
+    _checks.rank(op, name, x, ndim, shape_doc)
+    _checks.same_dtype(op, name, x, "q", q)
+    _checks.inner_stride(op, name, x)
+
+
+def _head_dim(op, name, head_dim, q):
+    if head_dim != q.shape[2]:
+        _checks.fail(op, f"{name} head_dim", "mismatch", f"{q.shape[2]} (q.shape[2])", head_dim)
+
+
+def _index(op, name, x, q, ndim):
+    _checks.index_tensor(op, name, x, ndim)
+    _checks.device(op, name, x, q.device)
+
+
+def longest(cu_seqlens):
+    """The largest cu_seqlens[b + 1] - cu_seqlens[b] (0 for no requests); syncs on CUDA."""
+    if cu_seqlens.numel() < 2:
+        return 0
+    return int((cu_seqlens[1:].to(torch.int64) - cu_seqlens[:-1].to(torch.int64)).max())
+
+
+def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_splits):
+    options = _splitkv.AttentionOptions()
+    options.causal = _checks.flag(op, "causal", causal)
+    options.window_left = _checks.integer(op, "window_left", window_left, -1,
+                                          "-1 (no window) or an int >= 0")
+    options.logits_soft_cap = _checks.real(op, "logits_soft_cap", logits_soft_cap)
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+    options.sm_scale = _checks.real(op, "sm_scale", sm_scale)
+    if num_splits is not None:
+        options.num_splits = _checks.integer(op, "num_splits", num_splits, 1,
+                                             "None (the planner chooses) or an int >= 1")
+    return options
+
+
+def _workspace(op, workspace, q, operands):
+    """The C++ view of the workspace, refused if it shares a byte with any of `operands`
+    ((name, tensor or None) pairs): the call overwrites the bytes it plans to use."""
+    buffer = _checks.workspace_tensor(op, workspace)
+    _checks.device(op, "workspace", buffer, q.device)
+    _checks.workspace_disjoint(op, buffer, operands)
+    return workspace_module.c_workspace(workspace, buffer)
+
+
+def _outputs(op, q, out, return_lse, launch):
+    """out (given or new) and lse (new or None). A plan writes nothing: no allocation."""
+    if out is not None:
+        _operand(op, "out", out, q, 3, "[total_q, num_qo_heads, head_dim]")
+        _checks.same_shape(op, "out", out, "q", q)
+    elif launch:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = None
+    if return_lse and launch:
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)
+    return out, lse
+
+
+def _fill_common(params, q, out, lse, dtype, backend, options, workspace):
+    params.q = q.data_ptr()
+    params.q_stride_token, params.q_stride_head = q.stride(0), q.stride(1)
+    if out is not None:
+        params.out = out.data_ptr()
+        params.out_stride_token, params.out_stride_head = out.stride(0), out.stride(1)
+    else:
+        # A plan never writes: q's address stands in for out, with the strides of the
+        # contiguous out a call would allocate.
+        params.out = q.data_ptr()
+        params.out_stride_token, params.out_stride_head = q.shape[1] * q.shape[2], q.shape[2]
+    params.lse = lse.data_ptr() if lse is not None else 0
+    params.total_q, params.num_qo_heads, params.head_dim = q.shape
+    params.dtype = dtype
+    params.backend = backend
+    params.options = options
+    params.workspace = workspace
+    if q.device.type == "cuda":
+        params.stream = torch.cuda.current_stream(q.device).cuda_stream
+
+
+def _on_device(device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def run(op, launcher, params, q, workspace):
+    """Calls `launcher` (or a planner) on `params`, holding the workspace for the call."""
+    with workspace_module.exclusive(op, workspace), _on_device(q.device):
+        return launcher(params)
+
+
+# ---- paged ----
+
+
+def _paged_kv(op, kv_cache, kv_layout, q):
+    """k and v as 4-D tensors of the layout, from a 5-D cache or a (k, v) pair."""
+    if kv_layout not in KV_LAYOUTS:
+        _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
+    shape = _KV_SHAPES[kv_layout]
+    if isinstance(kv_cache, (tuple, list)):
+        if len(kv_cache) != 2:
+            _checks.fail(op, "kv_cache", "has the wrong length", "a (k, v) pair of tensors",
+                         f"{len(kv_cache)} items")
+        (k, v), names = kv_cache, ("kv_cache[0]", "kv_cache[1]")
+        for name, x in zip(names, (k, v)):
+            _operand(op, name, x, q, 4, f"{shape} ({kv_layout})")
+        _checks.same_shape(op, names[1], v, names[0], k)
+    else:
+        five_d = shape.replace("[num_pages, ", "[num_pages, 2, ")
+        _operand(op, "kv_cache", kv_cache, q, 5, f"{five_d} ({kv_layout})")
+        _checks.dim(op, "kv_cache", kv_cache, 1, 2, "k and v")
+        k, v, names = kv_cache[:, 0], kv_cache[:, 1], ("kv_cache", "kv_cache")
+    _head_dim(op, names[0], k.shape[3], q)
+    return k, v
+
+
+def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
+                  sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
+                  max_q_len, launch):
+    dtype, backend = _query(op, q)
+    k, v = _paged_kv(op, kv_cache, kv_layout, q)
+    _index(op, "block_tables", block_tables, q, 2)
+    _index(op, "seq_lens", seq_lens, q, 1)
+    batch_size, max_pages_per_seq = block_tables.shape
+    _checks.dim(op, "seq_lens", seq_lens, 0, batch_size, "batch_size, block_tables.shape[0]")
+    if cu_seqlens_q is not None:
+        _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
+        _checks.dim(op, "cu_seqlens_q", cu_seqlens_q, 0, batch_size + 1,
+                    "batch_size + 1, block_tables.shape[0] + 1")
+    if max_q_len is None:
+        max_q_len = max(1, longest(cu_seqlens_q)) if cu_seqlens_q is not None else 1
+    else:
+        max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
+    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    out, lse = _outputs(op, q, out, return_lse, launch)
+    _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v)], "tensor",
+                     "attention is not computed in place")
+    ws = _workspace(op, workspace, q, [
+        ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
+        ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse)])
+
+    params = _splitkv.PagedAttentionParams()
+    _fill_common(params, q, out, lse, dtype, backend, options, ws)
+    page_axis, head_axis, slot_axis = _KV_AXES[kv_layout]
+    params.k_cache, params.v_cache = k.data_ptr(), v.data_ptr()
+    params.k_stride_page, params.k_stride_head, params.k_stride_slot = (
+        k.stride(page_axis), k.stride(head_axis), k.stride(slot_axis))
+    params.v_stride_page, params.v_stride_head, params.v_stride_slot = (
+        v.stride(page_axis), v.stride(head_axis), v.stride(slot_axis))
+    params.num_pages, params.num_kv_heads, params.page_size = (
+        k.shape[page_axis], k.shape[head_axis], k.shape[slot_axis])
+    params.block_tables = block_tables.data_ptr()
+    # One row: its stride is meaningless to torch (may be anything), not to the kernels.
+    params.block_tables_stride = block_tables.stride(0) if batch_size > 1 else max_pages_per_seq
+    params.seq_lens = seq_lens.data_ptr()
+    params.cu_seqlens_q = cu_seqlens_q.data_ptr() if cu_seqlens_q is not None else 0
+    params.batch_size = batch_size
+    params.max_pages_per_seq = max_pages_per_seq
+    params.max_q_len = max_q_len
+    if q.device.type == "cpu" and batch_size > 0:
+        # The split heuristic's bound on keys; free to read on the host (0: the capacity).
+        capacity = max_pages_per_seq * params.page_size
+        params.max_kv_len = max(0, min(int(seq_lens.max()), capacity))
+    return params, out, lse
+
+
+# ---- ragged ----
+
+
+def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
+                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch):
+    dtype, backend = _query(op, q)
+    kv_shape = "[total_kv, num_kv_heads, head_dim]"
+    _operand(op, "k", k, q, 3, kv_shape)
+    _operand(op, "v", v, q, 3, kv_shape)
+    _checks.same_shape(op, "v", v, "k", k)
+    _head_dim(op, "k", k.shape[2], q)
+    _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
+    _index(op, "cu_seqlens_kv", cu_seqlens_kv, q, 1)
+    if cu_seqlens_q.numel() < 1:
+        _checks.fail(op, "cu_seqlens_q", "is empty", "[batch_size + 1] prefix sums from 0",
+                     "shape (0,)")
+    batch_size = cu_seqlens_q.numel() - 1
+    _checks.dim(op, "cu_seqlens_kv", cu_seqlens_kv, 0, batch_size + 1,
+                "batch_size + 1, cu_seqlens_q.shape[0]")
+    if max_q_len is None:
+        max_q_len = longest(cu_seqlens_q)
+    else:
+        max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
+    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    out, lse = _outputs(op, q, out, return_lse, launch)
+    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v)], "tensor",
+                     "attention is not computed in place")
+    ws = _workspace(op, workspace, q, [
+        ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse)])
+
+    params = _splitkv.RaggedAttentionParams()
+    _fill_common(params, q, out, lse, dtype, backend, options, ws)
+    params.k, params.v = k.data_ptr(), v.data_ptr()
+    params.k_stride_token, params.k_stride_head = k.stride(0), k.stride(1)
+    params.v_stride_token, params.v_stride_head = v.stride(0), v.stride(1)
+    params.cu_seqlens_q = cu_seqlens_q.data_ptr()
+    params.cu_seqlens_kv = cu_seqlens_kv.data_ptr()
+    params.batch_size = batch_size
+    params.total_kv, params.num_kv_heads = k.shape[0], k.shape[1]
+    params.max_q_len = max_q_len
+    if q.device.type == "cpu":
+        # The split heuristic's bound on keys; free to read on the host (0: total_kv).
+        params.max_kv_len = max(0, min(longest(cu_seqlens_kv), k.shape[0]))
+    return params, out, lse
+
+
+# ---- the per-call path: a cache of validated layouts ----
+
+# Layouts that passed the full path, by key (_paged_key, _ragged_key). Bounded: a process
+# that keeps making new shapes (every batch size of a server) forgets them all at once and
+# starts over, which costs one full-path call per layout.
+_MAX_LAYOUTS = 1024
+_layouts = {}
+
+
+def _signature(x):
+    return None if x is None else tensor_signature(x)
+
+
+def _extent(x):
+    """Bytes from x's first to its last element (0 if empty): the span _checks compares."""
+    if x is None or x.numel() == 0:
+        return 0
+    begin, end = _checks._byte_span(x)
+    return end - begin
+
+
+class _Layout:
+    """A validated layout: the full path's params as a template, and what a call of this
+    layout needs besides addresses (byte extents for the overlap checks, the shapes of new
+    outputs, where the work runs)."""
+
+    __slots__ = ("params", "launch", "extents", "out_shape", "lse_shape", "cuda",
+                 "device", "v_offset", "host_max_q_len", "q_contiguous")
+
+    def __init__(self, params, launch, q, operands, max_q_len, cu_seqlens_q):
+        self.params = params
+        self.launch = launch
+        # Extents of the inputs in the order the call passes their addresses (_overlaps).
+        self.extents = tuple(_extent(x) for x in operands)
+        self.out_shape = tuple(q.shape)
+        # A new out is contiguous (the template's out strides): empty_like(q) makes one
+        # when q is (and costs less than new_empty).
+        self.q_contiguous = q.is_contiguous()
+        self.lse_shape = tuple(q.shape[:2])
+        self.device = q.device
+        self.cuda = q.device.type == "cuda"
+        self.v_offset = None
+        # max_q_len left to the call: computed from cu_seqlens_q on the host (by the C++
+        # binding on the CPU, where it is free; with a sync on CUDA, as the full path does).
+        self.host_max_q_len = max_q_len is None and cu_seqlens_q is not None
+
+
+def _remember(key, layout):
+    if len(_layouts) >= _MAX_LAYOUTS:
+        _layouts.clear()
+    _layouts[key] = layout
+
+
+def _workspace_view(workspace):
+    """(buffer, signature, C++ view, busy key) of a workspace, cached by a Workspace."""
+    if workspace.__class__ is Workspace:
+        return workspace._launch_view()
+    return (workspace, tensor_signature(workspace), None, None)
+
+
+def _overlaps(addresses, extents, out, out_extent, workspace, workspace_extent):
+    """True if the caller's `out` (address, or None when the call allocates it) shares a
+    byte with the inputs (the first 3 addresses: q, k, v), or the workspace with any
+    tensor of the call: the full path then refuses it with its message."""
+    if out is not None and out_extent:
+        out_end = out + out_extent
+        for i in range(3):
+            begin = addresses[i]
+            if extents[i] and begin < out_end and out < begin + extents[i]:
+                return True
+        if workspace < out_end and out < workspace + workspace_extent:
+            return True
+    workspace_end = workspace + workspace_extent
+    for begin, extent in zip(addresses, extents):
+        if extent and begin < workspace_end and workspace < begin + extent:
+            return True
+    return False
+
+
+def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q_len):
+    """Launches a call of `layout` from its addresses (q first), holding the workspace."""
+    buffer, _, c_workspace, busy = view
+    if c_workspace is None:  # a user's tensor: no cached view
+        c_workspace = workspace_module.c_workspace(workspace, buffer)
+        busy = workspace_module.busy_key(buffer)
+    lse_address = 0 if lse is None else lse.data_ptr()
+    workspace_module.acquire(op, busy)
+    try:
+        if workspace_module.CHECK_EVERY_CALL:
+            workspace_module.check_every_call(op, workspace, buffer, "before")
+        if not layout.cuda:
+            layout.launch(layout.params, *addresses, out_address, lse_address, c_workspace, 0,
+                          max_q_len)
+            if workspace_module.CHECK_EVERY_CALL:
+                workspace_module.check_every_call(op, workspace, buffer, "after")
+            return
+        device = layout.device
+        stream = torch.cuda.current_stream(device)
+        capturing = torch.cuda.is_current_stream_capturing()
+        if not capturing:
+            workspace_module.order_after_last_launch(busy, stream)
+        with _on_device(device) if torch.cuda.current_device() != device.index else _NO_GUARD:
+            layout.launch(layout.params, *addresses, out_address, lse_address, c_workspace,
+                          stream.cuda_stream, max_q_len)
+        if not capturing:
+            workspace_module.record_launch(busy, stream)
+        if workspace_module.CHECK_EVERY_CALL:
+            workspace_module.check_every_call(op, workspace, buffer, "after")
+    finally:
+        workspace_module.release(busy)
+
+
+_NO_GUARD = contextlib.nullcontext()
+
+
+def _call_max_q_len(layout, cu_seqlens_q, paged):
+    """max_q_len for the C++ binding: the validated one of the layout (given, or 1 for paged
+    calls without cu_seqlens_q), -1 (computed there from host memory, CPU), or from
+    cu_seqlens_q with a device sync (CUDA), exactly as the full path computes it."""
+    if not layout.host_max_q_len:
+        return layout.params.max_q_len
+    if not layout.cuda:
+        return -1
+    return max(1, longest(cu_seqlens_q)) if paged else longest(cu_seqlens_q)
+
+
+def _new_outputs(layout, q, out, return_lse):
+    if out is None:
+        out = torch.empty_like(q) if layout.q_contiguous else q.new_empty(layout.out_shape)
+    lse = q.new_empty(layout.lse_shape, dtype=torch.float32) if return_lse else None
+    return out, lse
+
+
+def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
+               options):
+    if kv_cache.__class__ is tuple or kv_cache.__class__ is list:
+        kv = (len(kv_cache),) + tuple(tensor_signature(x) for x in kv_cache)
+    else:
+        kv = tensor_signature(kv_cache)
+    return (PAGED, tensor_signature(q), kv, tensor_signature(block_tables),
+            tensor_signature(seq_lens), _signature(cu_seqlens_q), _signature(out),
+            workspace_signature, options, tuple(map(type, options)))
+
+
+def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
+               sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
+               max_q_len):
+    """Runs paged attention; returns (out, lse). The per-call path when the layout is
+    known, else (and to refuse) the full path, which then remembers the layout."""
+    # Every argument the full path's checks read, except tensor addresses and index values.
+    options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
+               return_lse, max_q_len)
+    try:
+        view = _workspace_view(workspace)
+        key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
+        layout = _layouts.get(key)
+    except (AttributeError, TypeError):  # not tensors, unhashable options: the full path says
+        key = layout = None
+    if layout is not None:
+        if layout.v_offset is None:
+            k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
+        else:
+            k_address = kv_cache.data_ptr()
+            v_address = k_address + layout.v_offset
+        addresses = (q.data_ptr(), k_address, v_address, block_tables.data_ptr(),
+                     seq_lens.data_ptr(), 0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr())
+        out_address = None if out is None else out.data_ptr()
+        buffer = view[0]
+        if not _overlaps(addresses, layout.extents, out_address, layout.extents[-1],
+                         buffer.data_ptr(), buffer.numel()):
+            out, lse = _new_outputs(layout, q, out, return_lse)
+            _launch(op, layout, addresses, out, lse, out.data_ptr(), workspace, view,
+                    _call_max_q_len(layout, cu_seqlens_q, True))
+            return out, lse
+    params, new_out, lse = paged_params(
+        op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
+        causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
+        launch=True)
+    if key is not None and layout is None:
+        _remember(key, _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q,
+                                     out, max_q_len))
+    run(op, _splitkv.LaunchPagedAttention, params, q, workspace)
+    return new_out, lse
+
+
+def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out, max_q_len):
+    if isinstance(kv_cache, (tuple, list)):
+        k, v = kv_cache
+        v_offset = None
+    else:
+        k, v = kv_cache[:, 0], kv_cache[:, 1]
+        v_offset = v.data_ptr() - k.data_ptr()
+    layout = _Layout(params, _splitkv.LaunchPagedFrom, q,
+                     (q, k, v, block_tables, seq_lens, cu_seqlens_q, out), max_q_len, cu_seqlens_q)
+    layout.v_offset = v_offset
+    return layout
+
+
+def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options):
+    return (RAGGED, tensor_signature(q), tensor_signature(k), tensor_signature(v),
+            tensor_signature(cu_seqlens_q), tensor_signature(cu_seqlens_kv), _signature(out),
+            workspace_signature, options, tuple(map(type, options)))
+
+
+def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
+                window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len):
+    """Runs ragged attention; returns (out, lse). Paths as :func:`paged_call`."""
+    options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len)
+    try:
+        view = _workspace_view(workspace)
+        key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options)
+        layout = _layouts.get(key)
+    except (AttributeError, TypeError):
+        key = layout = None
+    if layout is not None:
+        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), cu_seqlens_q.data_ptr(),
+                     cu_seqlens_kv.data_ptr())
+        out_address = None if out is None else out.data_ptr()
+        buffer = view[0]
+        if not _overlaps(addresses, layout.extents, out_address, layout.extents[-1],
+                         buffer.data_ptr(), buffer.numel()):
+            out, lse = _new_outputs(layout, q, out, return_lse)
+            _launch(op, layout, addresses, out, lse, out.data_ptr(), workspace, view,
+                    _call_max_q_len(layout, cu_seqlens_q, False))
+            return out, lse
+    params, new_out, lse = ragged_params(
+        op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True)
+    if key is not None and layout is None:
+        _remember(key, _Layout(params, _splitkv.LaunchRaggedFrom, q,
+                               (q, k, v, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,
+                               cu_seqlens_q))
+    run(op, _splitkv.LaunchRaggedAttention, params, q, workspace)
+    return new_out, lse

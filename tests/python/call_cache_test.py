@@ -1,0 +1,128 @@
+"""The per-call path (python/splitkv/_calls.py): a call whose layout was validated before
+launches the same work as the full path, and refuses what the full path refuses, with the
+same message.
+
+Each test empties the layout cache first, so the first call of a layout takes the full
+path and the next ones the cached one.
+"""
+
+import pytest
+import torch
+
+import harness
+import splitkv
+from harness import DEVICES
+from splitkv import _calls
+
+_DTYPE = torch.float16
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    _calls._layouts.clear()
+    yield
+    _calls._layouts.clear()
+
+
+def _paged_cases(device):
+    yield "5d", harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE,
+                                   device=device), {}
+    yield "pair_nhd", harness.make_paged([33, 5], page_size=16, group=4, dtype=_DTYPE,
+                                         device=device, kv_layout="NHD", kv_form="pair"), {}
+    yield "cu_seqlens_q", harness.make_paged([40, 30], page_size=16, q_lens=[3, 2],
+                                             dtype=_DTYPE, device=device), {"max_q_len": 3}
+    yield "split_lse", harness.make_paged([64, 50], page_size=16, group=2, dtype=_DTYPE,
+                                          device=device), {"num_splits": 3, "return_lse": True}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", ["5d", "pair_nhd", "cu_seqlens_q", "split_lse"])
+def test_paged_cached_call_equals_full_path(device, case):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    name, problem, options = next(c for c in _paged_cases(device) if c[0] == case)
+    first = problem.run(workspace, **options)  # the full path; remembers the layout
+    assert len(_calls._layouts) == 1
+    second = problem.run(workspace, **options)  # the cached path
+    for a, b in zip(first if isinstance(first, tuple) else (first,),
+                    second if isinstance(second, tuple) else (second,)):
+        assert torch.equal(a, b)
+    # Another q of the same layout, into a caller's NaN-poisoned out: bitwise the full
+    # path's result for that q.
+    q = torch.randn(problem.q.shape, generator=torch.Generator().manual_seed(5))
+    problem.q = q.to(_DTYPE).to(device)
+    out = torch.full_like(problem.q, float("nan"))
+    cached = problem.run(workspace, out=out, **options)
+    _calls._layouts.clear()
+    full = problem.run(workspace, out=torch.full_like(out, float("nan")), **options)
+    for a, b in zip(cached if isinstance(cached, tuple) else (cached,),
+                    full if isinstance(full, tuple) else (full,)):
+        assert torch.equal(a, b)
+    expected = problem.reference(**options)
+    harness.assert_close(out, expected[0], _DTYPE)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ragged_cached_call_equals_full_path(device):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_ragged([30, 0, 8], [200, 3, 8], group=4, dtype=_DTYPE, device=device,
+                                  strided=True)
+    full = problem.run(workspace, num_splits=4, return_lse=True)
+    assert len(_calls._layouts) == 1
+    for _ in range(2):
+        cached = problem.run(workspace, num_splits=4, return_lse=True)
+        assert torch.equal(cached[0], full[0]) and torch.equal(cached[1], full[1])
+    expected, expected_lse = problem.reference()
+    harness.assert_close(cached[0], expected, _DTYPE)
+    harness.assert_lse_close(cached[1], expected_lse)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cached_layout_still_refuses_overlaps(device):
+    # The overlap checks depend on addresses, not on the layout: a call of a cached layout
+    # whose out is q, or whose workspace holds q, is refused with the full path's message.
+    harness.require(device)
+    problem = harness.make_paged([40, 17, 64], page_size=16, dtype=_DTYPE, device=device)
+    buffer = torch.zeros((24 << 20) + 256, dtype=torch.uint8, device=device)
+    skip = -buffer.data_ptr() % 256
+    workspace = buffer[skip:skip + (24 << 20)]
+    problem.run(workspace, out=torch.empty_like(problem.q))
+    with pytest.raises(ValueError, match=r"^paged_attention: out overlaps q: expected a tensor "
+                       r"sharing no byte with q, got out bytes \[0, 768\) within q's span; "
+                       r"attention is not computed in place$"):
+        problem.run(workspace, out=problem.q)
+    q_bytes = problem.q.numel() * problem.q.element_size()
+    inside = workspace[-q_bytes:].view(_DTYPE).view(problem.q.shape)
+    inside.copy_(problem.q)
+    q, problem.q = problem.q, inside
+    with pytest.raises(ValueError, match=r"^paged_attention: workspace overlaps q: expected a "
+                       r"buffer sharing no byte with q, got workspace bytes \[\d+, \d+\) within "
+                       r"q's span; allocate the workspace on its own \(splitkv.Workspace\)$"):
+        problem.run(workspace)
+    problem.q = q
+    splitkv.check_counter_region(workspace)
+    harness.assert_close(problem.run(workspace, num_splits=2), problem.reference()[0], _DTYPE)
+    splitkv.check_counter_region(workspace)
+
+
+def test_option_types_are_part_of_the_layout():
+    # True == 1 and hash(True) == hash(1): a cached window_left=1 must not let
+    # window_left=True through (refused: a bool is not an int).
+    problem = harness.make_ragged([4], [40], dtype=_DTYPE)
+    workspace = harness.shared_workspace("cpu")
+    problem.run(workspace, window_left=1)
+    with pytest.raises(TypeError, match=r"^ragged_attention: window_left has the wrong type: "
+                       r"expected an int, got True$"):
+        problem.run(workspace, window_left=True)
+
+
+def test_cache_is_bounded(monkeypatch):
+    monkeypatch.setattr(_calls, "_MAX_LAYOUTS", 2)
+    workspace = harness.shared_workspace("cpu")
+    for q_len in (1, 2, 3, 4):
+        problem = harness.make_ragged([q_len], [20], dtype=_DTYPE, seed=q_len)
+        harness.assert_close(problem.run(workspace), problem.reference()[0], _DTYPE)
+        assert len(_calls._layouts) <= 2
