@@ -4,8 +4,10 @@ Several workers share one sequence's KV; the last to finish, found with an atomi
 counter in a caller-owned :class:`Workspace`, merges the partial results and puts the
 counter back to zero, so the workspace is zeroed once, when it is made, and never again.
 
-Operations: :func:`paged_attention`, :func:`ragged_attention`; their plans (split count,
-workspace layout) without running: :func:`plan_paged_attention`,
+Operations: :func:`paged_attention`, :func:`ragged_attention`; :func:`merge_states` merges
+partial results over disjoint key sets by their LSE; :mod:`splitkv.distributed` shards each
+request's keys over the ranks of a torch.distributed group (context parallelism). Their
+plans (split count, workspace layout) without running: :func:`plan_paged_attention`,
 :func:`plan_ragged_attention`. Workspace: :class:`Workspace`,
 :func:`required_workspace_bytes`, :func:`workspace_layout`, :func:`check_counter_region`,
 :func:`check_workspace` (a dirty counter found by a CUDA launch; see DESIGN.md).
@@ -17,12 +19,14 @@ operations as torch.library custom ops ``torch.ops.splitkv.*``).
 __version__ = "0.1.0"
 
 from splitkv import _splitkv
+from splitkv import distributed
 from splitkv import ops
 from splitkv.attention import Plan
 from splitkv.attention import paged_attention
 from splitkv.attention import plan_paged_attention
 from splitkv.attention import plan_ragged_attention
 from splitkv.attention import ragged_attention
+from splitkv.merge import merge_states
 from splitkv.workspace import COUNTER_REGION_BYTES
 from splitkv.workspace import WORKSPACE_ALIGNMENT
 from splitkv.workspace import Workspace
@@ -47,6 +51,8 @@ __all__ = [
     "check_counter_region",
     "check_workspace",
     "cuda_backend_available",
+    "distributed",
+    "merge_states",
     "ops",
     "paged_attention",
     "plan_paged_attention",

@@ -179,3 +179,21 @@ def workspace_disjoint(op, buffer, named_tensors):
     bytes with an input or output."""
     disjoint(op, "workspace", buffer, named_tensors, "buffer",
              "allocate the workspace on its own (splitkv.Workspace)")
+
+
+def floating(op, name, x):
+    """A floating-point tensor of any precision (merge_states' partial outputs)."""
+    if not x.dtype.is_floating_point:
+        fail(op, name, "dtype unsupported", "a floating-point dtype", x.dtype, error=TypeError)
+
+
+def dtype_is(op, name, x, expected):
+    """Exactly `expected` (an LSE is float32): refused, not converted."""
+    if x.dtype != expected:
+        fail(op, name, "dtype unsupported", expected, x.dtype, error=TypeError)
+
+
+def at_least(op, name, value, minimum, what):
+    """A size (an int from a shape) of at least `minimum`."""
+    if value < minimum:
+        fail(op, name, "out of range", f">= {minimum} ({what})", value)

@@ -26,6 +26,7 @@ except ImportError:  # run as a script from a source checkout
 
 import errors_test
 import harness
+import splitkv
 from errors_test import _aligned_buffer, _edited, _other_device, _paged_call, _ragged_call
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
@@ -50,6 +51,7 @@ class Row:
     message: str
     call: object       # call(problem, workspace, device), expected to raise
     where: str = "any"
+    op: str = None     # the table's op when not the kind's (merge_states, distributed)
 
 
 def _in_workspace(device, tensor, offset):
@@ -93,6 +95,27 @@ def _ws_over_k(p, ws, d):
 
 _P = "paged_attention: "
 _R = "ragged_attention: "
+_M = "merge_states: "
+_D = "splitkv.distributed.paged_attention: "
+
+
+def _merge(outs=None, lses=None, device="cpu"):
+    """merge_states of 3 partials [3, 5, 4, 8] float32, with one argument replaced."""
+    if outs is None:
+        outs = torch.zeros(3, 5, 4, 8, device=device)
+    if lses is None:
+        lses = torch.zeros(3, 5, 4, device=device)
+    return splitkv.merge_states(outs, lses)
+
+
+def _distributed(p, ws, **changes):
+    """splitkv.distributed.paged_attention of the paged problem as one shard holding every
+    key, with some arguments replaced. Refused before any collective: no group is needed."""
+    args = dict(kv_offsets=torch.zeros_like(p.seq_lens), full_seq_lens=p.seq_lens.clone())
+    args.update(changes)
+    return splitkv.distributed.paged_attention(
+        p.q, p.kv_cache, p.block_tables, p.seq_lens, args.pop("kv_offsets"),
+        args.pop("full_seq_lens"), ws, cu_seqlens_q=p.cu_seqlens_q, kv_layout=p.kv_layout, **args)
 
 ROWS = [
     # ---- paged: index tensors ----
@@ -260,6 +283,58 @@ ROWS = [
         "bytes [10485760, 10499072) within k's span; allocate the workspace on its own "
         "(splitkv.Workspace)",
         _ws_over_k),
+    # ---- merge_states (kind "paged": the test's valid call afterwards) ----
+    Row("merge_outs_type", "paged", "outs a list", TypeError,
+        _M + "outs has the wrong type: expected a torch.Tensor, got list",
+        lambda p, ws, d: splitkv.merge_states([torch.zeros(5, 4, 8)], torch.zeros(1, 5, 4)),
+        op="merge"),
+    Row("merge_outs_rank", "paged", "outs 3-D", ValueError,
+        _M + "outs has the wrong number of dimensions: expected a 4-D tensor [n, total_q, "
+        "num_qo_heads, head_dim], got shape (3, 5, 4)",
+        lambda p, ws, d: _merge(outs=torch.zeros(3, 5, 4, device=d), device=d), op="merge"),
+    Row("merge_outs_int", "paged", "outs int32", TypeError,
+        _M + "outs dtype unsupported: expected a floating-point dtype, got torch.int32",
+        lambda p, ws, d: _merge(outs=torch.zeros(3, 5, 4, 8, dtype=torch.int32, device=d),
+                                device=d), op="merge"),
+    Row("merge_lses_float64", "paged", "lses float64", TypeError,
+        _M + "lses dtype unsupported: expected torch.float32, got torch.float64",
+        lambda p, ws, d: _merge(lses=torch.zeros(3, 5, 4, dtype=torch.float64, device=d),
+                                device=d), op="merge"),
+    Row("merge_lses_shape", "paged", "lses of another shape than outs.shape[:3]", ValueError,
+        _M + "lses shape mismatch: expected (3, 5, 4) (outs.shape[:3]), got (3, 4, 5)",
+        lambda p, ws, d: _merge(lses=torch.zeros(3, 4, 5, device=d), device=d), op="merge"),
+    Row("merge_lses_device", "paged", "lses on another device than outs", ValueError,
+        _M + "lses device mismatch: expected {device} (outs' device), got {other}; move lses "
+        "to {device}",
+        lambda p, ws, d: _merge(lses=torch.zeros(3, 5, 4, device=_other_device(d)), device=d),
+        op="merge"),
+    Row("merge_no_partials", "paged", "no partials (n = 0)", ValueError,
+        _M + "outs.shape[0] out of range: expected >= 1 (one partial per key set), got 0",
+        lambda p, ws, d: splitkv.merge_states(torch.zeros(0, 5, 4, 8, device=d),
+                                              torch.zeros(0, 5, 4, device=d)), op="merge"),
+    # ---- splitkv.distributed.paged_attention (its other arguments: as paged_attention) ----
+    Row("cp_window", "paged", "a sliding window", ValueError,
+        _D + "window_left unsupported: expected -1 (no window), got 8; sliding windows across "
+        "shards need per-request positions in the core (README: Context parallelism)",
+        lambda p, ws, d: _distributed(p, ws, window_left=8), op="distributed"),
+    Row("cp_kv_offsets_int64", "paged", "kv_offsets int64", TypeError,
+        _D + "kv_offsets dtype unsupported: expected torch.int32, got torch.int64; pass "
+        "kv_offsets.to(torch.int32)",
+        lambda p, ws, d: _distributed(p, ws, kv_offsets=torch.zeros_like(p.seq_lens).long()),
+        op="distributed"),
+    Row("cp_full_seq_lens_batch", "paged", "full_seq_lens of another length than batch_size",
+        ValueError,
+        _D + "full_seq_lens.shape[0] mismatch: expected 3 (batch_size, block_tables.shape[0]), "
+        "got 2",
+        lambda p, ws, d: _distributed(p, ws, full_seq_lens=p.seq_lens[:2].clone()),
+        op="distributed"),
+    Row("cp_shard_past_request", "paged", "a shard past its request's full_seq_lens",
+        ValueError,
+        _D + "kv_offsets[1] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "
+        "seq_lens[b] <= full_seq_lens[b], got kv_offsets 5, seq_lens 16, full_seq_lens 16",
+        lambda p, ws, d: _distributed(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens),
+                                                                1, 5)),
+        "cpu", op="distributed"),
 ]
 
 
@@ -366,6 +441,7 @@ def table():
         description = row.input if row else DESCRIPTIONS.get(case_id)
         what = f"{description} (`{case_id}`)" if description else f"`{case_id}`"
         checked = {"any": "CPU, CUDA", "cpu": "CPU only", "cuda": "CUDA only"}[where]
+        kind = row.op if row is not None and row.op else kind
         lines.append(f"| {kind} | {_cell(what)} | {error.__name__} | `{_cell(message)}` | "
                      f"{checked} ({source}) |")
     return "\n".join(lines)

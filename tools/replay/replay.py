@@ -17,7 +17,8 @@ import torch
 import splitkv
 from tools.replay import presets
 from tools.replay.runner import FAULTS, ReplayConfig, run_replay
-from tools.replay.summary import format_summary, summary_rows
+from tools.replay.context_parallel import control_group, gather_outcomes, outcome
+from tools.replay.summary import context_parallel_rows, format_summary, summary_rows
 from tools.replay.trace import load_trace
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,6 +60,10 @@ flags.DEFINE_integer("torch_threads", 1,
                      "checks); 0 keeps torch's default. splitkv's CPU backend has its own pool "
                      "(SPLITKV_NUM_THREADS). One thread keeps these small ops from fighting that pool "
                      "for the cores, which made them 5-20x slower with two.")
+flags.DEFINE_integer("context_parallel", 1,
+                     "Ranks sharing each request's KV pages (context parallelism); > 1 needs "
+                     "`torchrun --nproc_per_node=N` with the same N (gloo on the CPU, NCCL on GPUs, "
+                     "one GPU per rank). Every rank runs the checks; rank 0 prints the summary.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
 flags.DEFINE_enum("inject_fault", "none", list(FAULTS),
                   "Testing the checks only: 'output' perturbs the first checked output, 'counter' "
@@ -93,13 +98,47 @@ def _positive(name, value, low=1):
         raise _refuse(f"replay: --{name} invalid: expected >= {low}, got {value}")
 
 
+def _context_parallel(n, device):
+    """(rank, device) of this process; with n > 1, after joining torchrun's process group."""
+    if n == 1:
+        return 0, device
+    world = os.environ.get("WORLD_SIZE")
+    if world != str(n):
+        raise _refuse(f"replay: --context_parallel={n} invalid: expected a launch by torchrun "
+                      f"--nproc_per_node={n} (WORLD_SIZE {n}), got WORLD_SIZE {world or 'unset'}")
+    import datetime
+
+    import torch.distributed as dist
+
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    # A rank that raises leaves the others waiting in a collective: they give up after this.
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                            timeout=datetime.timedelta(seconds=300))
+    return dist.get_rank(), device
+
+
+def _report(result, rank_prefix=""):
+    """Prints one rank's failed checks and errors to stderr."""
+    failures = result["failures"]
+    for message in failures[:10]:
+        print(f"{rank_prefix}check failed: " + message, file=sys.stderr)
+    if len(failures) > 10:
+        print(f"{rank_prefix}... and {len(failures) - 10} more failed checks", file=sys.stderr)
+    if result["counter_failure"]:
+        print(f"{rank_prefix}check failed: " + result["counter_failure"], file=sys.stderr)
+    if result["error"]:
+        print(f"{rank_prefix}replay stopped: " + result["error"], file=sys.stderr)
+
+
 def main(argv):
     if len(argv) > 1:
         raise _refuse(f"replay: unexpected arguments: expected only flags, got {argv[1:]}")
     for name, low in (("max_requests", 0), ("num_pages", 1), ("max_batch_size", 1),
                       ("max_prefill_tokens", 1), ("max_generated_tokens", 0), ("check_every", 0),
                       ("workspace_mb", 1), ("page_size", 0), ("prefill_num_splits", 0),
-                      ("decode_num_splits", 0), ("torch_threads", 0)):
+                      ("decode_num_splits", 0), ("torch_threads", 0), ("context_parallel", 1)):
         _positive(name, getattr(FLAGS, name), low)
     if not FLAGS.step_ms > 0:
         raise _refuse(f"replay: --step_ms invalid: expected > 0, got {FLAGS.step_ms}")
@@ -115,14 +154,16 @@ def main(argv):
     except ValueError as e:
         print(f"replay: {e}", file=sys.stderr)
         return 2
+    rank, device = _context_parallel(FLAGS.context_parallel, _device(FLAGS.device))
     config = ReplayConfig(
-        requests=requests, shape=shape, device=_device(FLAGS.device), dtype=_DTYPES[FLAGS.dtype],
+        requests=requests, shape=shape, device=device, dtype=_DTYPES[FLAGS.dtype],
         kv_layout=FLAGS.kv_layout, num_pages=FLAGS.num_pages, max_batch_size=FLAGS.max_batch_size,
         max_prefill_tokens=FLAGS.max_prefill_tokens, step_seconds=FLAGS.step_ms / 1e3,
         max_generated_tokens=FLAGS.max_generated_tokens, check_every=FLAGS.check_every,
         seed=FLAGS.seed, workspace_bytes=FLAGS.workspace_mb << 20,
         prefill_num_splits=FLAGS.prefill_num_splits, decode_num_splits=FLAGS.decode_num_splits,
-        inject_fault=FLAGS.inject_fault, progress=FLAGS.progress)
+        inject_fault=FLAGS.inject_fault, progress=FLAGS.progress and rank == 0,
+        context_parallel=FLAGS.context_parallel, rank=rank)
     try:
         result = run_replay(config)
     except ValueError as e:  # options the scheduler or splitkv refuse before the first step
@@ -130,17 +171,15 @@ def main(argv):
         return 2
     shown = FLAGS.trace if FLAGS.trace == _DEFAULT_TRACE else trace_path
     which = f"first {len(requests)}" if FLAGS.max_requests else f"all {len(requests)}"
-    print(format_summary(summary_rows(config, result, f"{shown} ({which} requests)", FLAGS.model)))
-    failures = result.check_stats.failures
-    for message in failures[:10]:
-        print("check failed: " + message, file=sys.stderr)
-    if len(failures) > 10:
-        print(f"... and {len(failures) - 10} more failed checks", file=sys.stderr)
-    if result.counter_failure:
-        print("check failed: " + result.counter_failure, file=sys.stderr)
-    if result.error:
-        print("replay stopped: " + result.error, file=sys.stderr)
-    return 0 if result.ok else 1
+    rows = summary_rows(config, result, f"{shown} ({which} requests)", FLAGS.model)
+    outcomes = [outcome(result)]
+    if FLAGS.context_parallel > 1:
+        outcomes = gather_outcomes(result, control_group())
+        rows = context_parallel_rows(rows, outcomes)
+    if rank == 0:
+        print(format_summary(rows))
+    _report(outcomes[rank], f"rank {rank}: " if FLAGS.context_parallel > 1 else "")
+    return 0 if all(o["ok"] for o in outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import tqdm
 
 import splitkv
 from tools.replay import checks
+from tools.replay.context_parallel import ShardedCalls, any_rank
 from tools.replay.page_allocator import PageAllocator
 from tools.replay.paged_cache import PagedKvCache
 from tools.replay.scheduler import Scheduler
@@ -38,6 +39,10 @@ class ReplayConfig:
     decode_num_splits: int = 0
     inject_fault: str = "none"  # testing the checks themselves
     progress: bool = True
+    # --context_parallel: this rank of a default process group of `context_parallel` ranks
+    # (tools/replay/context_parallel.py); 1 runs the single-process replay.
+    context_parallel: int = 1
+    rank: int = 0
 
 
 @dataclasses.dataclass
@@ -77,9 +82,10 @@ def workspace_buffer(workspace) -> torch.Tensor:
 class _StepRunner:
     """Runs the attention calls of one step and the sampled checks."""
 
-    def __init__(self, config, cache, tokens, workspace, timer, stats, result):
+    def __init__(self, config, cache, tokens, workspace, timer, stats, result, shards=None):
         self.config = config
-        self.cache = cache
+        self.cache = cache  # every token (with shards: for the checks; the calls read shards')
+        self.shards = shards  # context_parallel.ShardedCalls, or None
         self.tokens = tokens
         self.workspace = workspace
         self.timer = timer
@@ -118,10 +124,18 @@ class _StepRunner:
         page, offset = self.cache.prompt_slots(seqs)
         self.cache.write(page, offset, k, v)
         cu = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(self.config.device)
-        out, lse = self._attend(
-            "prefill", splitkv.ragged_attention, splitkv.plan_ragged_attention,
-            q, k, v, cu, cu, self.workspace, causal=True, sm_scale=self.sm_scale,
-            num_splits=self.config.prefill_num_splits or None, max_q_len=max(lens))
+        num_splits = self.config.prefill_num_splits or None
+        if self.shards is None:
+            out, lse = self._attend(
+                "prefill", splitkv.ragged_attention, splitkv.plan_ragged_attention,
+                q, k, v, cu, cu, self.workspace, causal=True, sm_scale=self.sm_scale,
+                num_splits=num_splits, max_q_len=max(lens))
+        else:
+            self.shards.write(seqs, [range(n) for n in lens], page, offset, k, v)
+            op, plan_op, args, options = self.shards.call(
+                q, seqs, lens, cu_seqlens_q=cu, sm_scale=self.sm_scale, num_splits=num_splits,
+                max_q_len=max(lens))
+            out, lse = self._attend("prefill", op, plan_op, *args, self.workspace, **options)
         if self._should_check(self.result.prefill_calls):
             checks.check_prefill(step, seqs, q, self._faulty(out), lse, self.cache, self.sm_scale, self.stats)
         self.result.prefill_calls += 1
@@ -133,12 +147,19 @@ class _StepRunner:
         self.cache.write(page, offset, k, v)
         kv_lens = [seq.kv_len + 1 for seq in seqs]
         seq_lens = torch.tensor(kv_lens, dtype=torch.int32).to(self.config.device)
-        block_tables = self.cache.block_tables(seqs)
-        out, lse = self._attend(
-            "decode", splitkv.paged_attention, splitkv.plan_paged_attention,
-            q, self.cache.kv_cache, block_tables, seq_lens, self.workspace,
-            kv_layout=self.config.kv_layout, causal=True, sm_scale=self.sm_scale,
-            num_splits=self.config.decode_num_splits or None, max_q_len=1)
+        num_splits = self.config.decode_num_splits or None
+        if self.shards is None:
+            block_tables = self.cache.block_tables(seqs)
+            out, lse = self._attend(
+                "decode", splitkv.paged_attention, splitkv.plan_paged_attention,
+                q, self.cache.kv_cache, block_tables, seq_lens, self.workspace,
+                kv_layout=self.config.kv_layout, causal=True, sm_scale=self.sm_scale,
+                num_splits=num_splits, max_q_len=1)
+        else:
+            self.shards.write(seqs, [range(seq.kv_len, seq.kv_len + 1) for seq in seqs], page, offset, k, v)
+            op, plan_op, args, options = self.shards.call(
+                q, seqs, kv_lens, sm_scale=self.sm_scale, num_splits=num_splits, max_q_len=1)
+            out, lse = self._attend("decode", op, plan_op, *args, self.workspace, **options)
         if self._should_check(self.result.decode_calls):
             checks.check_decode(step, seqs, kv_lens, q, self._faulty(out), lse, self.cache, self.sm_scale,
                                 self.stats)
@@ -155,9 +176,13 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     allocator = PageAllocator(config.num_pages, seed=config.seed)
     scheduler = Scheduler(config.requests, allocator, shape.page_size, config.max_batch_size,
                           config.max_prefill_tokens, config.step_seconds, config.max_generated_tokens)
-    cache = PagedKvCache(config.num_pages, shape.num_kv_heads, shape.page_size, shape.head_dim,
-                         config.dtype, config.device, config.kv_layout, config.max_batch_size,
-                         scheduler.max_pages_per_seq)
+    cache_args = (config.num_pages, shape.num_kv_heads, shape.page_size, shape.head_dim,
+                  config.dtype, config.device, config.kv_layout, config.max_batch_size,
+                  scheduler.max_pages_per_seq)
+    cache = PagedKvCache(*cache_args)
+    shards = None
+    if config.context_parallel > 1:
+        shards = ShardedCalls(config.rank, config.context_parallel, cache_args)
     tokens = TokenSource(config.seed, config.device, config.dtype, shape.num_qo_heads,
                          shape.num_kv_heads, shape.head_dim)
     # One workspace for the whole replay, zeroed once here and never again.
@@ -168,7 +193,7 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     stats = checks.CheckStats()
     result = ReplayResult(check_stats=stats, workspace_bytes=buffer.numel(),
                           counter_region_bytes=splitkv.COUNTER_REGION_BYTES)
-    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result)
+    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result, shards)
 
     bar = tqdm.tqdm(total=len(config.requests), unit="req", desc="replay", disable=not config.progress,
                     dynamic_ncols=True)
@@ -185,7 +210,10 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
             break
         if config.inject_fault == "counter" and plan.step == 0:
             buffer[4 * 1000] = 1  # counter 1000 left nonzero, as a broken merge would
-        if not monitor.after_step(plan.step):
+        stop = not monitor.after_step(plan.step)
+        if shards is not None:  # every rank stops at the same step, or the others would hang
+            stop = any_rank(stop, shards.control)
+        if stop:
             break
         finished = scheduler.complete_step(plan)
         if finished:

@@ -43,7 +43,8 @@ def summary_rows(config, result, trace_description, model_name):
         ("device, dtype", f"{config.device.type}, {str(config.dtype).replace('torch.', '')}, "
                           f"kv_layout {config.kv_layout}"),
         ("requests", f"{len(config.requests)} replayed, {result.finished} finished"),
-        ("prefill tokens", f"{result.prefill_tokens:,} in {result.prefill_calls} ragged calls"),
+        ("prefill tokens", f"{result.prefill_tokens:,} in {result.prefill_calls} "
+                           f"{'ragged' if config.context_parallel == 1 else 'paged (cu_seqlens_q)'} calls"),
         ("decode tokens", f"{result.decode_tokens:,} in {result.decode_calls} paged calls"),
         ("generated-token cap", "none (the trace's GeneratedTokens)" if cap == 0 else f"{cap} per request"),
         ("steps", f"{result.steps} ({config.step_seconds * 1e3:g} ms simulated each, "
@@ -74,3 +75,22 @@ def format_summary(rows):
     lines += [f"{name.ljust(width)}  {value}" for name, value in rows]
     lines.append(rule)
     return "\n".join(lines)
+
+
+def context_parallel_rows(rows, outcomes):
+    """rows (rank 0's) with a row per rank and a result over every rank (--context_parallel)."""
+    per_rank = []
+    for rank, o in enumerate(outcomes):
+        state = "PASS" if o["ok"] else "FAIL"
+        counters = "counter region zero" if o["counter_failure"] is None else "counter region FAIL"
+        per_rank.append((f"rank {rank}", f"{state}: {o['requests_checked']} request checks, "
+                         f"{len(o['failures'])} failed; {counters} after each of "
+                         f"{o['counter_steps_checked']} steps; out error {o['max_out_error']:.3g}, "
+                         f"lse {o['max_lse_error']:.3g}"))
+    head = [("context parallel", f"{len(outcomes)} ranks ({outcomes[0]['backend']}), each "
+             "request's pages dealt in contiguous runs; every call merged over the group")]
+    ok = all(o["ok"] for o in outcomes)
+    failed = [str(rank) for rank, o in enumerate(outcomes) if not o["ok"]]
+    result = [("result", "PASS on every rank" if ok else f"FAIL on rank {', '.join(failed)}")]
+    body = [row for row in rows if row[0] != "result"]
+    return body[:3] + head + body[3:] + per_rank + result

@@ -1,0 +1,105 @@
+"""merge_states: partial attentions over disjoint key sets, merged by their LSE.
+
+The same merge the kernels do between splits of one launch, one level up: between launches,
+devices or ranks (splitkv.distributed). Plain torch ops, on whatever device the partials
+are on; fixed order, so a result is bitwise the same run to run.
+"""
+
+import torch
+
+from splitkv import _checks
+
+_OP = "merge_states"
+
+
+def _check(outs, lses):
+    _checks.tensor(_OP, "outs", outs)
+    _checks.tensor(_OP, "lses", lses)
+    _checks.rank(_OP, "outs", outs, 4, "[n, total_q, num_qo_heads, head_dim]")
+    _checks.rank(_OP, "lses", lses, 3, "[n, total_q, num_qo_heads]")
+    _checks.floating(_OP, "outs", outs)
+    _checks.dtype_is(_OP, "lses", lses, torch.float32)
+    if lses.device != outs.device:
+        _checks.fail(_OP, "lses device", "mismatch", f"{outs.device} (outs' device)", lses.device,
+                     f"move lses to {outs.device}")
+    if lses.shape != outs.shape[:3]:
+        _checks.fail(_OP, "lses", "shape mismatch", f"{tuple(outs.shape[:3])} (outs.shape[:3])",
+                     tuple(lses.shape))
+    _checks.at_least(_OP, "outs.shape[0]", outs.shape[0], 1, "one partial per key set")
+
+
+def merge_states(outs, lses):
+    """Merge partial attention outputs over disjoint key sets into one, by their LSE.
+
+    Partial ``s`` is attention over key set ``K_s`` (its softmax normalised over ``K_s``
+    alone) with ``lses[s] = log(sum_{j in K_s} exp(logit_j))``. The key sets are disjoint;
+    the result is attention over their union. Per (row, head), with ``n`` partials::
+
+        M       = max over s with lses[s] > -inf of lses[s]
+        w_s     = exp(lses[s] - M)            (0 where lses[s] == -inf)
+        total   = w_0 + w_1 + ... + w_{n-1}   (left to right, float32)
+        out     = (w_0 / total) * outs[0] + ... + (w_{n-1} / total) * outs[n-1]
+                                              (left to right, float32; a term with w_s == 0
+                                               adds exactly 0, whatever outs[s] holds)
+        lse     = M + log(total)
+
+    A row whose every ``lses[s]`` is ``-inf`` (no partial saw a key) gives out 0 and lse
+    ``-inf``, never NaN. A row with exactly one partial above ``-inf`` gives that partial's
+    out and lse back bitwise (``w_s / total`` is exactly 1). Deterministic: the same inputs
+    give bitwise the same result (fixed order, no atomics). NaN in ``lses`` or in a
+    weighted ``outs[s]`` propagates.
+
+    Parameters
+    ----------
+    outs : torch.Tensor
+        ``[n, total_q, num_qo_heads, head_dim]``, any floating dtype, any strides, CPU or
+        CUDA; ``n >= 1`` partials.
+    lses : torch.Tensor
+        ``[n, total_q, num_qo_heads]`` float32 on outs' device: natural-log log-sum-exp of
+        each partial's (scaled) logits, ``-inf`` for a partial that saw no key (its outs
+        row is then ignored).
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``[total_q, num_qo_heads, head_dim]``, outs' dtype, contiguous (accumulated in
+        float32; a float64 ``outs`` is merged in float64).
+    lse : torch.Tensor
+        ``[total_q, num_qo_heads]`` float32, contiguous.
+
+    Raises
+    ------
+    TypeError
+        outs or lses not a tensor, outs not floating point, lses not float32.
+    ValueError
+        A wrong rank, lses' shape other than ``outs.shape[:3]``, ``n`` = 0, or the two on
+        different devices.
+
+    Example
+    -------
+    >>> out_a, lse_a = splitkv.paged_attention(q, kv, tables_a, lens_a, ws, return_lse=True)
+    >>> out_b, lse_b = splitkv.paged_attention(q, kv, tables_b, lens_b, ws, return_lse=True)
+    >>> out, lse = splitkv.merge_states(torch.stack([out_a, out_b]),
+    ...                                 torch.stack([lse_a, lse_b]))
+    """
+    _check(outs, lses)
+    acc_dtype = torch.float64 if outs.dtype == torch.float64 else torch.float32
+    empty = lses == float("-inf")
+    m = lses.amax(dim=0)
+    # Rows with no key anywhere: M is -inf; 0 keeps exp() away from -inf - -inf = NaN.
+    m = torch.where(m == float("-inf"), torch.zeros_like(m), m)
+    weights = torch.where(empty, torch.zeros_like(lses), torch.exp(lses - m))
+    total = weights[0].clone()
+    for s in range(1, weights.shape[0]):
+        total = total + weights[s]
+    # total is 0 only where every partial is empty: scale 0 there (not 0 / 0).
+    safe_total = torch.where(total > 0, total, torch.ones_like(total))
+    out = torch.zeros(outs.shape[1:], dtype=acc_dtype, device=outs.device)
+    for s in range(weights.shape[0]):
+        scale = (weights[s] / safe_total).unsqueeze(-1)
+        term = scale.to(acc_dtype) * outs[s].to(acc_dtype)
+        # An empty partial adds exactly 0 even where its outs hold NaN (0 * NaN would not);
+        # a NaN weight (NaN in lses) is not 0, so it propagates.
+        out = out + torch.where(weights[s].unsqueeze(-1) != 0, term, torch.zeros_like(term))
+    lse = m + torch.log(total)
+    return out.to(outs.dtype), lse
