@@ -278,10 +278,6 @@ _MAX_LAYOUTS = 1024
 _layouts = {}
 
 
-def _signature(x):
-    return None if x is None else tensor_signature(x)
-
-
 def _extent(x):
     """Bytes from x's first to its last element (0 if empty): the span _checks compares."""
     if x is None or x.numel() == 0:
@@ -366,15 +362,15 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
                 workspace_module.check_every_call(op, workspace, buffer, "after")
             return
         device = layout.device
-        stream = torch.cuda.current_stream(device)
-        capturing = torch.cuda.is_current_stream_capturing()
-        if not capturing:
-            workspace_module.order_after_last_launch(busy, stream)
         with _on_device(device) if torch.cuda.current_device() != device.index else _NO_GUARD:
+            stream = _current_raw_stream(device.index)
+            capturing = torch.cuda.is_current_stream_capturing()
+            if not capturing:
+                workspace_module.order_after_last_launch(busy, stream, device)
             layout.launch(layout.params, *addresses, out_address, lse_address, c_workspace,
-                          stream.cuda_stream, max_q_len)
-        if not capturing:
-            workspace_module.record_launch(busy, stream)
+                          stream, max_q_len)
+            if not capturing:
+                workspace_module.record_launch(busy, stream, device)
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "after")
     finally:
@@ -382,6 +378,16 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
 
 
 _NO_GUARD = contextlib.nullcontext()
+
+
+def _current_raw_stream(index):
+    """The cudaStream_t of the current stream of device `index`, without making a
+    torch.cuda.Stream (torch's own raw-handle query where it has one)."""
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+    _current_raw_stream = torch._C._cuda_getCurrentRawStream  # noqa: F811
 
 
 def _call_max_q_len(layout, cu_seqlens_q, paged):
@@ -404,12 +410,18 @@ def _new_outputs(layout, q, out, return_lse):
 
 def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
                options):
+    # tensor_signature of each tensor, written out flat: one call fewer per tensor.
     if kv_cache.__class__ is tuple or kv_cache.__class__ is list:
         kv = (len(kv_cache),) + tuple(tensor_signature(x) for x in kv_cache)
     else:
-        kv = tensor_signature(kv_cache)
-    return (PAGED, tensor_signature(q), kv, tensor_signature(block_tables),
-            tensor_signature(seq_lens), _signature(cu_seqlens_q), _signature(out),
+        kv = (kv_cache.__class__, kv_cache.shape, kv_cache.stride(), kv_cache.dtype,
+              kv_cache.device)
+    return (PAGED, q.__class__, q.shape, q.stride(), q.dtype, q.device, kv,
+            block_tables.__class__, block_tables.shape, block_tables.stride(), block_tables.dtype,
+            block_tables.device, seq_lens.__class__, seq_lens.shape, seq_lens.stride(),
+            seq_lens.dtype, seq_lens.device,
+            None if cu_seqlens_q is None else tensor_signature(cu_seqlens_q),
+            None if out is None else tensor_signature(out),
             workspace_signature, options, tuple(map(type, options)))
 
 
@@ -425,8 +437,8 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
         view = _workspace_view(workspace)
         key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
         layout = _layouts.get(key)
-    except (AttributeError, TypeError):  # not tensors, unhashable options: the full path says
-        key = layout = None
+    except Exception:  # noqa: BLE001 - not tensors, sparse ones, unhashable options: the
+        key = layout = None  # full path checks them and says what is wrong
     if layout is not None:
         if layout.v_offset is None:
             k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
@@ -468,8 +480,13 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
 
 
 def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options):
-    return (RAGGED, tensor_signature(q), tensor_signature(k), tensor_signature(v),
-            tensor_signature(cu_seqlens_q), tensor_signature(cu_seqlens_kv), _signature(out),
+    return (RAGGED, q.__class__, q.shape, q.stride(), q.dtype, q.device,
+            k.__class__, k.shape, k.stride(), k.dtype, k.device,
+            v.__class__, v.shape, v.stride(), v.dtype, v.device,
+            cu_seqlens_q.__class__, cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype,
+            cu_seqlens_q.device, cu_seqlens_kv.__class__, cu_seqlens_kv.shape,
+            cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.device,
+            None if out is None else tensor_signature(out),
             workspace_signature, options, tuple(map(type, options)))
 
 
@@ -481,7 +498,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
         view = _workspace_view(workspace)
         key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options)
         layout = _layouts.get(key)
-    except (AttributeError, TypeError):
+    except Exception:  # noqa: BLE001 - as in paged_call
         key = layout = None
     if layout is not None:
         addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), cu_seqlens_q.data_ptr(),

@@ -372,12 +372,13 @@ def check_counter_region(workspace):
 # Storages (device, base address) that a call is using now: a second call on any view of
 # the same memory, from another thread, is refused rather than left to race on the counters.
 _in_use = {}
-# CUDA: per storage, the stream and an event recorded after its last launch. A launch on
+# CUDA: per storage, the stream (raw handle) and an event recorded after its last launch. A launch on
 # another stream first waits for that event, so one workspace's launches never overlap
 # on the GPU (they are serialized in launch order, with no host sync).
 _last_launch = {}
-# One event per (storage, stream), recorded again after each launch there: no event is made
-# per call. Re-recording is safe: a wait already enqueued keeps the state it saw.
+# Per (storage, stream handle): the stream object and one event, recorded again after each
+# launch there, so no event is made per call. Re-recording is safe: a wait already enqueued
+# keeps the state it saw.
 _events = {}
 
 
@@ -400,22 +401,25 @@ def release(key):
     _in_use.pop(key, None)
 
 
-def order_after_last_launch(key, stream):
-    """Makes ``stream`` wait for the workspace's last launch on another stream. Not called
-    while a CUDA graph is being captured: the captured launches are ordered by the graph,
-    and their replays by the caller's streams."""
+def order_after_last_launch(key, stream, device):
+    """Makes the current stream (raw handle ``stream``, on ``device``) wait for the
+    workspace's last launch on another stream. Not called while a CUDA graph is being
+    captured: the captured launches are ordered by the graph, and their replays by the
+    caller's streams."""
     last = _last_launch.get(key)
     if last is not None and last[0] != stream:
-        stream.wait_event(last[1])
+        torch.cuda.current_stream(device).wait_event(last[1])
 
 
-def record_launch(key, stream):
-    """Records, after a launch on ``stream``, the event the next launch on another stream waits for."""
-    event = _events.get((key, stream.cuda_stream))
-    if event is None:
-        event = _events[(key, stream.cuda_stream)] = torch.cuda.Event()
-    event.record(stream)
-    _last_launch[key] = (stream, event)
+def record_launch(key, stream, device):
+    """Records, after a launch on the current stream (raw handle ``stream``), the event the
+    next launch on another stream waits for. The stream object and the event are made once
+    per (workspace, stream): a call only records."""
+    entry = _events.get((key, stream))
+    if entry is None:
+        entry = _events[(key, stream)] = (torch.cuda.current_stream(device), torch.cuda.Event())
+    entry[1].record(entry[0])
+    _last_launch[key] = (stream, entry[1])
 
 
 @contextlib.contextmanager
@@ -428,14 +432,14 @@ def exclusive(op, workspace):
     try:
         stream = None
         if buffer.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
-            stream = torch.cuda.current_stream(buffer.device)
-            order_after_last_launch(key, stream)
+            stream = torch.cuda.current_stream(buffer.device).cuda_stream
+            order_after_last_launch(key, stream, buffer.device)
         if CHECK_EVERY_CALL:
             check_every_call(op, workspace, buffer, "before")
         yield
         if CHECK_EVERY_CALL:
             check_every_call(op, workspace, buffer, "after")
         if stream is not None:
-            record_launch(key, stream)
+            record_launch(key, stream, buffer.device)
     finally:
         release(key)

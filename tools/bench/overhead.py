@@ -27,6 +27,7 @@ A benchmark, not a test: nothing here asserts a time. Writes overhead.json and o
 to --out_dir.
 """
 
+import contextlib
 import json
 import os
 import statistics
@@ -43,8 +44,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import splitkv  # noqa: E402
-from splitkv import _calls  # noqa: E402
 from splitkv import _splitkv  # noqa: E402
+
+try:  # absent before issue 15: then only the public calls are timed (a before/after run)
+    from splitkv import _calls  # noqa: E402
+except ImportError:
+    _calls = None
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"], "Where to run; auto: cuda when present.")
@@ -74,6 +79,23 @@ def _host_us(call, iters, cuda, before=None):
     if cuda:
         torch.cuda.synchronize()
     return statistics.median(times) / 1e3
+
+
+def _paired_us(a, b, iters):
+    """Medians of `a` and `b` timed alternately, call by call: on a shared machine whose
+    load drifts, both see the same load, so their ratio is the figure to trust."""
+    for _ in range(min(50, iters)):
+        a()
+        b()
+    times_a, times_b = [], []
+    for _ in range(iters):
+        start = time.perf_counter_ns()
+        a()
+        middle = time.perf_counter_ns()
+        b()
+        times_b.append(time.perf_counter_ns() - middle)
+        times_a.append(middle - start)
+    return statistics.median(times_a) / 1e3, statistics.median(times_b) / 1e3
 
 
 def _gpu_us(call, iters=30):
@@ -171,27 +193,43 @@ def _rows_tiny(device, iters, cuda):
     add("splitkv paged_attention (new out)",
         lambda: splitkv.paged_attention(p["q"], p["kv_cache"], p["block_tables"], p["seq_lens"],
                                         workspace))
-    add("splitkv paged, full path", paged, before=_calls._layouts.clear, gpu=False)
-    params, _, _ = _calls.paged_params(
-        _calls.PAGED, p["q"], p["kv_cache"], p["block_tables"], p["seq_lens"], workspace, None,
-        "HND", None, True, -1, 0.0, None, False, p["out"], None, launch=True)
-    launch = lambda: _splitkv.LaunchPagedAttention(params)  # noqa: E731
-    if cuda:
-        with torch.cuda.device(decode["q"].device):
-            add("C++ LaunchPagedAttention", launch, gpu=False)
+    if _calls is not None:
+        add("splitkv paged, full path", paged, before=_calls._layouts.clear, gpu=False)
+        params, _, _ = _calls.paged_params(
+            _calls.PAGED, p["q"], p["kv_cache"], p["block_tables"], p["seq_lens"], workspace,
+            None, "HND", None, True, -1, 0.0, None, False, p["out"], None, launch=True)
+        with torch.cuda.device(p["q"].device) if cuda else contextlib.nullcontext():
+            add("C++ LaunchPagedAttention", lambda: _splitkv.LaunchPagedAttention(params),
+                gpu=False)
             add("C++ PlanPagedAttention", lambda: _splitkv.PlanPagedAttention(params), gpu=False)
-    else:
-        add("C++ LaunchPagedAttention", launch, gpu=False)
-        add("C++ PlanPagedAttention", lambda: _splitkv.PlanPagedAttention(params), gpu=False)
     if cuda:
         graph = _graph(paged)
         row = add("splitkv paged, graph replay", graph.replay)
         row["graph_gpu_us"] = row.pop("eager_gpu_us")
+    if cuda:  # what torch's own per-call queries cost here, for reading the rows above
+        event, q = torch.cuda.Event(), decode["q"]
+        stream = torch.cuda.current_stream()
+        for name, call in (("torch.cuda.current_stream()", torch.cuda.current_stream),
+                           ("torch.cuda.current_device()", torch.cuda.current_device),
+                           ("torch.cuda.is_current_stream_capturing()",
+                            torch.cuda.is_current_stream_capturing),
+                           ("torch.cuda.Event().record(stream)", lambda: event.record(stream)),
+                           ("torch.empty_like(q)", lambda: torch.empty_like(q))):
+            add(name, call, gpu=False)
     q4 = decode["q"].view(1, heads, 1, head_dim)
     k4 = torch.randn(1, kv_heads, 16, head_dim, dtype=dtype, device=device)
     v4 = torch.randn_like(k4)
     gqa = {"enable_gqa": True} if heads != kv_heads else {}
-    add("torch SDPA (contiguous)", lambda: F.scaled_dot_product_attention(q4, k4, v4, **gqa))
+    sdpa = lambda: F.scaled_dot_product_attention(q4, k4, v4, **gqa)  # noqa: E731
+    add("torch SDPA (contiguous)", sdpa)
+    if not cuda:  # the issue's CPU target: splitkv (new out, as SDPA's) / SDPA, interleaved
+        new_out = lambda: splitkv.paged_attention(  # noqa: E731
+            p["q"], p["kv_cache"], p["block_tables"], p["seq_lens"], workspace)
+        ours, theirs = _paired_us(new_out, sdpa, iters)
+        rows.append({"shape": shape, "impl": "interleaved: splitkv (new out) / SDPA",
+                     "host_us": ours, "sdpa_host_us": theirs, "ratio": ours / theirs})
+        print(f"{shape:40s} interleaved: splitkv {ours:.2f} us, SDPA {theirs:.2f} us, "
+              f"ratio {ours / theirs:.2f}", flush=True)
     if cuda and FLAGS.flashinfer:
         for tc in (False, True):
             name = f"FlashInfer decode run(){' tensor cores' if tc else ''}"
@@ -211,7 +249,8 @@ def _rows_tiny(device, iters, cuda):
     ragged = lambda: splitkv.ragged_attention(q, k, v, cu, cu, workspace, out=out,  # noqa: E731
                                               max_q_len=16)
     add("splitkv ragged_attention(out=)", ragged)
-    add("splitkv ragged, full path", ragged, before=_calls._layouts.clear, gpu=False)
+    if _calls is not None:
+        add("splitkv ragged, full path", ragged, before=_calls._layouts.clear, gpu=False)
     q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
     add("torch SDPA causal (contiguous)",
         lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, **gqa))
@@ -257,6 +296,8 @@ def _markdown(rows):
         cells = [f"{r[k]:.2f}" if k in r else "" for k in ("host_us", "eager_gpu_us", "graph_gpu_us")]
         if "error" in r:
             cells = [r["error"], "", ""]
+        if "ratio" in r:
+            cells = [f"{r['host_us']:.2f} vs SDPA {r['sdpa_host_us']:.2f}: {r['ratio']:.2f} x", "", ""]
         lines.append(f"| {r['shape']} | {r['impl']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
