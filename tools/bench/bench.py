@@ -1,13 +1,15 @@
-"""bench: splitkv beside its peers (torch SDPA cuDNN/flash, gather + SDPA, flex_attention,
-varlen_attn; torch's CPU SDPA on the CPU) in one process, on the same random inputs.
+"""bench: splitkv beside its peers (FlashInfer and FlashAttention-3 where they import, torch
+SDPA cuDNN/flash, gather + SDPA, flex_attention, varlen_attn; torch's CPU SDPA on the CPU) in
+one process, on the same random inputs.
 
     ./tools/bazel run //tools/bench -- --device=cpu                  # this machine's CPU
     PYTHONPATH=.device python3 tools/bench/bench.py --device=cuda    # GPU machine, no Bazel
 
-Prints a markdown table (time, KV bandwidth, % of the same run's copy bandwidth, FLOP/s,
-max error against a float64 reference and against SDPA), writes bench.json, bench.md and
-bench.png (decode bandwidth against KV length) to --out_dir. Exits 1 when a splitkv output
-is outside tolerance or a splitkv call fails. See tools/bench/README.md.
+Prints a markdown table (time from a CUDA graph and eager, KV bandwidth, % of the same run's
+copy bandwidth, FLOP/s, max error against a float64 reference and against SDPA) and on CUDA
+splitkv against the fastest peer of each case, writes bench.json, bench.md and bench.png
+(decode bandwidth against KV length, prefill FLOP/s) to --out_dir. Exits 1 when a splitkv
+output is outside tolerance or a splitkv call fails. See tools/bench/README.md.
 """
 
 import os
@@ -30,6 +32,7 @@ from tools.bench import inputs  # noqa: E402
 from tools.bench import plot  # noqa: E402
 from tools.bench import report  # noqa: E402
 from tools.bench import runner  # noqa: E402
+from tools.bench import serving_peers  # noqa: E402
 from tools.bench import shapes  # noqa: E402
 from tools.bench import timing  # noqa: E402
 
@@ -56,6 +59,10 @@ flags.DEFINE_float("max_gather_gb", 8.0, "gather+sdpa is skipped above this many
 flags.DEFINE_float("max_impl_s", 3.0, "An implementation whose rounds would take longer than this "
                    "many seconds in total gets fewer timed rounds than --iters (at least 3).")
 flags.DEFINE_bool("flex", True, "Time flex_attention on decode (cuda).")
+flags.DEFINE_bool("serving_peers", True, "Time FlashInfer and FlashAttention-3 (cuda) where they "
+                  "import; rows say why one is skipped.")
+flags.DEFINE_bool("flashinfer_jit", False, "Let FlashInfer JIT-compile the modules its wheel lacks "
+                  "(minutes each, needs nvcc); otherwise those rows are skipped.")
 flags.DEFINE_bool("flex_compile", True, "torch.compile flex_attention (eager otherwise: slow, for tests).")
 flags.DEFINE_float("flex_compile_budget_s", 60.0, "Once flex_attention's first calls (compiles) have "
                    "taken this long in total, flex is skipped for the remaining cases.")
@@ -117,9 +124,11 @@ def _rotate_bytes(device):
 
 
 def _progress(row):
-    if row["status"] == "ok" and row["seconds"]:
+    if row["status"] in ("ok", "FAIL") and row["seconds"]:
         figure = f"{row['seconds'] * 1e3:9.3f} ms {row['bytes_per_s'] / 1e9:9.1f} GB/s " \
-                 f"{row['flops_per_s'] / 1e12:7.2f} TFLOP/s err {row['max_abs_err']:.1e}"
+                 f"{row['flops_per_s'] / 1e12:7.2f} TFLOP/s ({row['timing']}) eager " \
+                 f"{row['eager_seconds'] * 1e3:.3f} ms err {row['max_abs_err']:.1e}" + \
+                 (f" {row['status']}" if row["status"] != "ok" else "")
     else:
         figure = f"{row['status']}: {row['note']}"
     page = row["case"].get("page_size")
@@ -169,7 +178,8 @@ def main(argv):
         max_case_bytes=int(FLAGS.max_case_gb * 2**30), max_gather_bytes=int(FLAGS.max_gather_gb * 2**30),
         flex=FLAGS.flex and cuda, flex_compile=FLAGS.flex_compile,
         flex_compile_budget_s=FLAGS.flex_compile_budget_s, seed=FLAGS.seed,
-        max_impl_s=FLAGS.max_impl_s)
+        max_impl_s=FLAGS.max_impl_s, serving_peers=FLAGS.serving_peers and cuda,
+        flashinfer_jit=FLAGS.flashinfer_jit)
     meta["workspace_bytes"] = workspace_mb << 20
     print("\n".join(report.header_lines(meta)), flush=True)
 
@@ -191,6 +201,7 @@ def main(argv):
     meta["elapsed_s"] = time.perf_counter() - start
     meta["flex_compile_s"] = ctx.flex_spent_s
     meta["load_average_end"] = list(os.getloadavg())
+    meta["serving_peers"] = serving_peers.versions() if ctx.serving_peers else {}
     written = ["bench.json", "bench.md"]
     if FLAGS.plot:
         why_not = plot.save_plot(rows, meta, os.path.join(FLAGS.out_dir, "bench.png"))
@@ -200,6 +211,10 @@ def main(argv):
             written.append("bench.png")
     report.write_json(json_path, meta, rows)
     text = "\n".join(report.header_lines(meta)) + "\n\n" + report.markdown_table(rows, device.type) + "\n"
+    summary = report.peer_summary(rows, device.type)
+    if summary:
+        text += ("\nsplitkv against the fastest other implementation and the fastest FlashInfer / "
+                 "FA3 row of each case:\n\n" + summary + "\n")
     with open(os.path.join(FLAGS.out_dir, "bench.md"), "w") as f:
         f.write(text)
     print("\n" + text + "".join(f"note: {n}\n" for n in meta["notes"]))

@@ -9,7 +9,8 @@ import tempfile
 
 _FIELDS = {"section", "shape", "dtype", "impl", "status", "num_splits", "seconds", "kv_bytes", "flops",
            "bytes_per_s", "pct_copy", "flops_per_s", "max_abs_err", "within_tolerance",
-           "max_abs_diff_vs_sdpa", "timing", "copies", "case"}
+           "max_abs_diff_vs_sdpa", "timing", "copies", "case", "graph_seconds", "eager_seconds",
+           "eager_bytes_per_s", "eager_flops_per_s"}
 
 
 def _run(out_dir, *args):
@@ -45,6 +46,16 @@ def main():
     assert forced and forced[0]["num_splits"] == 2 and "vs 1 split" in forced[0]["note"], forced
     sdpa_rows = [r for r in rows if r["impl"] == "sdpa"]
     assert len(sdpa_rows) == 4 and all(r["status"] == "ok" for r in sdpa_rows), sdpa_rows
+    # FlashInfer and FA3 are never silently absent: on the CPU, one skipped row each per decode
+    # page size (3) and prefill case (2), with the reason, in the JSON and the table.
+    peer_rows = [r for r in rows if r["impl"].startswith(("flashinfer", "fa3"))]
+    assert len(peer_rows) == 3 * 4 + 2 * 3, [(r["shape"], r["impl"]) for r in peer_rows]
+    for row in peer_rows:
+        assert row["status"] == "skipped" and "runs on CUDA only" in row["note"], row
+    assert "| prefill | 2 x 100 d64 | float32 | flashinfer sm90 | - | - |" in result.stdout, result.stdout
+    for row in rows:
+        if row["status"] == "ok":  # the CPU has one figure, wall time per call
+            assert row["eager_seconds"] == row["seconds"] and row["graph_seconds"] is None, row
     for name in ("bench.md", "bench.png"):
         assert os.path.getsize(os.path.join(out_dir, name)) > 0, name
     assert "| decode | 3 x 300 d64 | float32 | splitkv | 16 |" in result.stdout, result.stdout

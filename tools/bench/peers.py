@@ -41,7 +41,7 @@ def _backend_context(backend):
     return sdpa_kernel(getattr(SDPBackend, backend))
 
 
-def _first_working(variants):
+def first_working(variants):
     """The first (variant name, call for copy, to-canonical) whose call on copy 0 runs;
     raises the last error when none does."""
     error = None
@@ -55,7 +55,7 @@ def _first_working(variants):
     raise error
 
 
-def _prepared(copies, call, canon, variant, **kwargs):
+def prepared_calls(copies, call, canon, variant, **kwargs):
     return Prepared([lambda i=i: call(i) for i in range(len(copies))], lambda: canon(call(0)),
                     variant, **kwargs)
 
@@ -84,8 +84,8 @@ def sdpa_decode(backend):
                     return F.scaled_dot_product_attention(q, c.k, c.v)
             return call, lambda out: out.reshape(out.shape[0], -1, out.shape[-1])
 
-        variant, call, canon = _first_working([("enable_gqa", gqa), ("q heads folded", folded)])
-        return _prepared(copies, call, canon, variant)
+        variant, call, canon = first_working([("enable_gqa", gqa), ("q heads folded", folded)])
+        return prepared_calls(copies, call, canon, variant)
 
     return prepare
 
@@ -122,7 +122,7 @@ def flex_decode(ctx, copies):
         ctx.flex_spent_s += time.perf_counter() - start
     setup_s = time.perf_counter() - start
     variant = (f"compiled, first call {setup_s:.1f} s" if ctx.flex_compile else "eager")
-    return _prepared(copies, call, lambda out: out.squeeze(2), variant, setup_s=setup_s)
+    return prepared_calls(copies, call, lambda out: out.squeeze(2), variant, setup_s=setup_s)
 
 
 # ---- decode over the paged cache ----
@@ -168,7 +168,7 @@ def gather_sdpa(ctx, paged):
         k, v = inputs.gather_pages(p.kv_cache, p.block_tables, kv_len, ctx.kv_layout)
         return F.scaled_dot_product_attention(p.q.unsqueeze(2), k, v, enable_gqa=True)
 
-    return _prepared(paged, call, lambda out: out.squeeze(2), "index + reshape + SDPA")
+    return prepared_calls(paged, call, lambda out: out.squeeze(2), "index + reshape + SDPA")
 
 
 # ---- ragged prefill ([total, heads, d] packed) ----
@@ -227,10 +227,10 @@ def sdpa_prefill(backend):
             return call, lambda outs: torch.cat([o[0].transpose(0, 1) for o in outs])
 
         per_request = "" if len(set(ctx.case.lengths)) == 1 else "per request, "
-        variant, call, canon = _first_working([
+        variant, call, canon = first_working([
             (per_request + "enable_gqa", lambda: make(False)),
             (per_request + f"KV expanded x{group} beforehand", lambda: make(True))])
-        return _prepared(copies, call, canon, variant)
+        return prepared_calls(copies, call, canon, variant)
 
     return prepare
 
@@ -273,10 +273,10 @@ def varlen_prefill(ctx, copies):
         return call, lambda out: out
 
     causal_kw = ", ".join(f"{k}={v}" for k, v in sorted(kwargs.items()))
-    variant, call, canon = _first_working([
+    variant, call, canon = first_working([
         (causal_kw + ", GQA", lambda: make(False)),
         (causal_kw + f", KV expanded x{group} beforehand", lambda: make(True))])
-    return _prepared(copies, call, canon, variant)
+    return prepared_calls(copies, call, canon, variant)
 
 
 def splitkv_ragged(ctx, copies):

@@ -24,27 +24,101 @@ def _err(value):
     return "inf/NaN" if math.isinf(value) or math.isnan(value) else f"{value:.1e}"
 
 
+def _per_s(amount, seconds, scale):
+    return amount / seconds / scale if amount and seconds else None
+
+
 def markdown_table(rows, device_type):
+    """One line per row. CUDA: time, bandwidth and FLOP/s from the CUDA graph and eager
+    (each "-" where it was not measured); the CPU: wall time."""
     bw_scale, bw_unit, fl_scale, fl_unit = _units(device_type)
-    header = ["section", "shape", "dtype", "impl", "page", "splits", "ms", bw_unit, "% copy", fl_unit,
-              "max err", "vs SDPA", "status / note"]
+    cuda = device_type == "cuda"
+    if cuda:
+        figures = ["ms graph", "ms eager", f"{bw_unit} graph", f"{bw_unit} eager", "% copy",
+                   f"{fl_unit} graph", f"{fl_unit} eager"]
+    else:
+        figures = ["ms", bw_unit, "% copy", fl_unit]
+    header = ["section", "shape", "dtype", "impl", "page", "splits"] + figures + \
+        ["max err", "vs SDPA", "status / note"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
-        seconds = r.get("seconds")
         # A prefill's KV bytes over its time says little (it is compute-bound): left blank.
-        bw = r["bytes_per_s"] / bw_scale if r.get("bytes_per_s") and r["section"] != "prefill" else None
-        pct = r.get("pct_copy") if r["section"] != "prefill" else None
-        fl = r["flops_per_s"] / fl_scale if r.get("flops_per_s") else None
+        kv_bytes = r.get("kv_bytes") if r["section"] != "prefill" else None
         status = r["status"] if r["status"] != "ok" else ""
         detail = "; ".join(x for x in (status, r.get("variant") if r["status"] == "ok" else "",
                                        r.get("note", "")) if x)
         cells = [r["section"], r["shape"], r["dtype"], r["impl"], str(r["case"].get("page_size") or "-"),
-                 str(r["num_splits"] or "-"), _num(seconds * 1e3 if seconds else None, 3),
-                 _num(bw, 2 if device_type == "cuda" else 1), _num(pct, 0),
-                 _num(fl, 1 if device_type == "cuda" else 0), _err(r.get("max_abs_err")),
-                 _err(r.get("max_abs_diff_vs_sdpa")), detail.replace("|", "/")]
+                 str(r["num_splits"] or "-")]
+        if cuda:
+            graph, eager = r.get("graph_seconds"), r.get("eager_seconds")
+            bw = _per_s(kv_bytes, graph, bw_scale)
+            cells += [_num(graph * 1e3 if graph else None, 3), _num(eager * 1e3 if eager else None, 3),
+                      _num(bw, 2), _num(_per_s(kv_bytes, eager, bw_scale), 2),
+                      _num(r.get("pct_copy") if bw else None, 0),  # the headline: the graph's
+                      _num(_per_s(r.get("flops"), graph, fl_scale), 1),
+                      _num(_per_s(r.get("flops"), eager, fl_scale), 1)]
+        else:
+            seconds = r.get("seconds")
+            cells += [_num(seconds * 1e3 if seconds else None, 3),
+                      _num(_per_s(kv_bytes, seconds, bw_scale), 1),
+                      _num(r.get("pct_copy") if kv_bytes else None, 0),
+                      _num(_per_s(r.get("flops"), seconds, fl_scale), 0)]
+        cells += [_err(r.get("max_abs_err")), _err(r.get("max_abs_diff_vs_sdpa")), detail.replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _best(rows, key):
+    """The row with the largest figure (bytes or flops per graph/eager second), or None."""
+    scored = [(r[key[0]] / r[key[1]], r) for r in rows if r.get(key[1]) and r.get(key[0])]
+    return max(scored, key=lambda x: x[0]) if scored else None
+
+
+SERVING_PEERS = ("flashinfer", "fa3")  # impl name prefixes of serving_peers.py's rows
+
+
+def peer_summary(rows, device_type):
+    """splitkv against the fastest other implementation of each case (and page size), and
+    against the fastest serving peer (FlashInfer, FA3), from the CUDA graph and the eager
+    figures: decode in bandwidth, prefill in FLOP/s. Only rows whose output passed the
+    float64 check count. Empty off CUDA."""
+    if device_type != "cuda":
+        return ""
+    bw_scale, bw_unit, fl_scale, fl_unit = _units(device_type)
+    groups = {}
+    for r in rows:
+        if r["section"] not in ("decode", "prefill") or r["status"] != "ok":
+            continue
+        groups.setdefault((r["section"], r["shape"], r["dtype"]), []).append(r)
+    lines = []
+    for (section, shape, dtype), members in groups.items():
+        amount, scale, unit = ("kv_bytes", bw_scale, bw_unit) if section == "decode" else \
+            ("flops", fl_scale, fl_unit)
+        digits = 2 if section == "decode" else 0
+        pages = sorted({r["case"].get("page_size") for r in members if r["impl"] == "splitkv"},
+                       key=lambda p: p or 0)
+        for page in pages or [None]:
+            # Contiguous-KV peers (SDPA, flex) stand beside every page size.
+            mine = [r for r in members if r["impl"] == "splitkv" and r["case"].get("page_size") == page]
+            others = [r for r in members if r["impl"] != "splitkv"
+                      and r["case"].get("page_size") in (page, None)]
+            serving = [r for r in others if r["impl"].startswith(SERVING_PEERS)]
+            cells = [section, shape, dtype, str(page or "-"), unit]
+            for timed in ("graph_seconds", "eager_seconds"):
+                own = _best(mine, (amount, timed))
+                cells.append(_num(own[0] / scale if own else None, digits))
+                for pool in (others, serving):
+                    best = _best(pool, (amount, timed))
+                    cells += [f"{best[1]['impl']} {best[0] / scale:.{digits}f}" if best else "-",
+                              f"{100.0 * (own[0] / best[0] - 1):+.1f}%" if own and best else "-"]
+            lines.append("| " + " | ".join(cells) + " |")
+    if not lines:
+        return ""
+    header = ["section", "shape", "dtype", "page", "unit"]
+    for timed in ("graph", "eager"):
+        header += [f"splitkv {timed}", f"best other {timed}", "splitkv vs it",
+                   f"best FlashInfer/FA3 {timed}", "splitkv vs it"]
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + lines)
 
 
 def header_lines(meta):
@@ -60,7 +134,13 @@ def header_lines(meta):
         f"{' '.join(f'{x:.2f}' for x in meta.get('load_average_end', [])) or '-'}",
         "max err: max |out - ref| over sampled rows, ref in float64; vs SDPA: max |out - out_SDPA| "
         "on the same rows",
-    ]
+    ] + ([
+        "graph: per call, calls replayed back to back from a captured CUDA graph (the GPU's time); "
+        "eager: one call from an idle GPU between two events (the host's work before the launch "
+        "included); '% copy' from the graph figure",
+    ] if meta["device_type"] == "cuda" else []) + ([
+        "serving peers: " + ", ".join(f"{k} {v}" for k, v in meta["serving_peers"].items())
+    ] if meta.get("serving_peers") else [])
 
 
 def write_json(path, meta, rows):

@@ -12,6 +12,7 @@ import splitkv
 from tools.bench import accuracy
 from tools.bench import inputs
 from tools.bench import peers
+from tools.bench import serving_peers
 from tools.bench import timing
 
 
@@ -32,6 +33,8 @@ class Context:
     flex_compile_budget_s: float
     seed: int
     max_impl_s: float = 3.0  # timed rounds are cut below --iters past this many seconds
+    serving_peers: bool = True  # FlashInfer and FlashAttention-3, where importable
+    flashinfer_jit: bool = False  # let FlashInfer compile modules its wheel lacks
     flex_spent_s: float = 0.0
     case: typing.Any = None
 
@@ -64,7 +67,8 @@ def _row(case, dtype, impl, **fields):
                impl=impl, status="ok", note="", variant="", num_splits=None, seconds=None,
                kv_bytes=None, flops=None, bytes_per_s=None, pct_copy=None, flops_per_s=None,
                max_abs_err=None, within_tolerance=None, max_abs_diff_vs_sdpa=None, timing=None,
-               iters=None, copies=None, setup_s=None,
+               graph_seconds=None, eager_seconds=None, eager_bytes_per_s=None,
+               eager_flops_per_s=None, iters=None, copies=None, setup_s=None,
                case=dict(batch=len(case.seq_lens()), seq_lens=list(case.seq_lens())[:64],
                          total_kv=sum(case.seq_lens()), head_dim=case.head_dim,
                          num_qo_heads=case.num_qo_heads, num_kv_heads=case.num_kv_heads,
@@ -102,16 +106,29 @@ def _measure(ctx, case, dtype, impl, prepare, data, sample, sdpa_ref, page_size=
         # A slow implementation gets fewer rounds, so one row cannot eat the run's time.
         iters = max(3, min(ctx.iters, int(ctx.max_impl_s / max(1e-9, call_s * len(data)))))
         warmup = min(ctx.warmup, iters)
-        seconds, method = timing.time_calls(prepared.calls, ctx.device, warmup, iters)
-        row["seconds"], row["timing"], row["iters"] = seconds, method, iters
+        timed = timing.time_graph_and_eager(prepared.calls, ctx.device, warmup, iters)
+        row["graph_seconds"], row["eager_seconds"] = timed["graph_s"], timed["eager_s"]
+        # The headline figure is the graph's (the GPU's time per call); eager where no graph.
+        seconds = timed["graph_s"] or timed["eager_s"]
+        if ctx.device.type != "cuda":
+            row["timing"] = "wall"
+        elif timed["graph_s"]:
+            row["timing"] = "graph"
+        else:
+            row["timing"] = "eager"
+            row["note"] = f"no CUDA graph ({timed['graph_error']}): headline figures eager"
+        row["seconds"], row["iters"] = seconds, iters
         row["kv_bytes"], row["flops"] = inputs.kv_bytes(case, dtype), _flops(case)
         row["bytes_per_s"] = row["kv_bytes"] / seconds
         row["pct_copy"] = 100.0 * row["bytes_per_s"] / ctx.copy_bytes_per_s
         row["flops_per_s"] = row["flops"] / seconds
+        row["eager_bytes_per_s"] = row["kv_bytes"] / timed["eager_s"]
+        row["eager_flops_per_s"] = row["flops"] / timed["eager_s"]
         if splitkv_row:
             splitkv.check_counter_region(ctx.workspace)
-            if not row["within_tolerance"]:
-                row["status"], row["note"] = "FAIL", "output outside tolerance of the float64 reference"
+        if not row["within_tolerance"]:  # any implementation, peers included: shown, not hidden
+            note = "output outside tolerance of the float64 reference"
+            row["status"], row["note"] = "FAIL", f"{note}; {row['note']}" if row["note"] else note
     except peers.Skip as e:
         row["status"], row["note"] = "skipped", str(e)
     except Exception as e:  # noqa: BLE001 - one row's failure is reported, the bench goes on
@@ -163,6 +180,9 @@ def run_decode(ctx, case):
                              sdpa_ref, page_size=page_size, splitkv_row=True))
         rows.append(_measure(ctx, case, dtype, "gather+sdpa", peers.gather_sdpa, paged, sample,
                              sdpa_ref, page_size=page_size))
+        for name, prepare in serving_peers.paged_decode_peers():
+            rows.append(_measure(ctx, case, dtype, name, prepare, paged, sample, sdpa_ref,
+                                 page_size=page_size))
         del paged
         _free()
     return rows
@@ -181,7 +201,7 @@ def run_prefill(ctx, case):
                                    inputs.num_copies(copy_bytes, ctx.rotate_bytes, limit=16), gen)
     sample = accuracy.prefill_sample(copies[0], case.lengths, case.causal, ctx.seed)
     sdpa_ref, rows = {}, []
-    for name, prepare in peers.prefill_peers(ctx.device):
+    for name, prepare in peers.prefill_peers(ctx.device) + serving_peers.prefill_peers():
         rows.append(_measure(ctx, case, dtype, name, prepare, copies, sample, sdpa_ref))
     rows.append(_measure(ctx, case, dtype, "splitkv", peers.splitkv_ragged, copies, sample, sdpa_ref,
                          splitkv_row=True))

@@ -1,4 +1,5 @@
-"""Timing: CUDA events around CUDA-graph replays on the GPU, perf_counter on the CPU.
+"""Timing: CUDA events around CUDA-graph replays and around eager calls on the GPU,
+perf_counter on the CPU.
 
 A measured "round" runs every input copy once (calls[0](), calls[1](), ...): rotating
 through copies whose total exceeds the cache keeps repeated runs from timing the cache.
@@ -10,6 +11,10 @@ queues the events and the replay: the figure is the GPU's time per call when cal
 to back, as inside a serving step's graph, not the host's launch rate. (Events around one
 replay of a one-call graph also timed the gap the GPU waited for the host's launch: up to
 5 us of a 75 us decode call on the H200, for splitkv and its peers alike.)
+
+The eager figure (`time_eager`) is the other end: one call from an idle GPU between two
+events, so the host's work before the launch (Python, argument checks, planning done per
+call) counts as it does for a caller outside a graph.
 """
 
 import math
@@ -63,7 +68,7 @@ def time_calls(calls, device, warmup, iters, use_graph=True):
 
     if use_graph:
         reps = _reps(run_round)
-        graph = _capture(run_round, reps)
+        graph, _ = _capture(run_round, reps)
         if graph is not None:
             times = _cuda_samples(graph.replay, reps * len(calls), warmup, iters)
             return statistics.median(times), "graph"
@@ -83,8 +88,54 @@ def _reps(run_round):
     return max(1, min(_MAX_REPS, math.ceil(_TARGET_SAMPLE_S / round_s)))
 
 
+def time_graph_and_eager(calls, device, warmup, iters):
+    """Both figures of a row: dict(graph_s, eager_s, graph_error).
+
+    graph_s: median seconds per call replayed from a CUDA graph (time_calls' figure), None
+    on the CPU or when a call cannot be captured (graph_error then says why). eager_s: on
+    CUDA time_eager's figure, on the CPU the wall time per call of a round.
+    """
+    if device.type != "cuda":
+        seconds, _ = time_calls(calls, device, warmup, iters)
+        return dict(graph_s=None, eager_s=seconds, graph_error="no CUDA graphs on the CPU")
+    eager_s = time_eager(calls, warmup, iters)
+
+    def run_round():
+        for call in calls:
+            call()
+
+    # The same graph timing as time_calls' (kept apart so its fallback stays as it was).
+    reps = _reps(run_round)
+    graph, error = _capture(run_round, reps)
+    if graph is None:
+        return dict(graph_s=None, eager_s=eager_s, graph_error=error)
+    times = _cuda_samples(graph.replay, reps * len(calls), warmup, iters)
+    return dict(graph_s=statistics.median(times), eager_s=eager_s, graph_error=None)
+
+
+def time_eager(calls, warmup, iters):
+    """Median seconds of one call (CUDA), from the host's call to the end of its GPU work.
+
+    Each sample starts from an idle GPU: an event, the call (copies rotated), an event, a
+    synchronize. Host work before the launch shows as time, as for a caller outside a graph.
+    """
+    for i in range(warmup):
+        calls[i % len(calls)]()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(iters):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        calls[i % len(calls)]()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
 def _capture(run_round, reps):
-    """A CUDA graph of `reps` rounds, or None when a call cannot be captured."""
+    """(A CUDA graph of `reps` rounds, None), or (None, why) when a call cannot be captured."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     try:
@@ -97,10 +148,11 @@ def _capture(run_round, reps):
                 run_round()
         graph.replay()
         torch.cuda.synchronize()
-        return graph
-    except Exception:  # noqa: BLE001 - any capture failure: time eagerly instead
+        return graph, None
+    except Exception as e:  # noqa: BLE001 - any capture failure: time eagerly instead
         torch.cuda.synchronize()
-        return None
+        text = f"{type(e).__name__}: {e}".strip().splitlines()
+        return None, (text[0] if text else type(e).__name__)[:200]
 
 
 def copy_bandwidth(device, warmup, iters):

@@ -9,8 +9,10 @@
 #           backend, 1000+ interleaved launches on one workspace, CUDA graph replays);
 # sanitize: compute-sanitizer memcheck, racecheck, synccheck on tools/gpu/sanitizer_cases.py;
 # sass:     instruction counts per kernel from cuobjdump (spills, mma, cp.async);
-# bench:    tools/bench/bench.py --shapes=quick (splitkv beside torch's SDPA, flex, varlen:
-#           decode TB/s, prefill TFLOP/s, errors against float64); its files in $OUT/bench.
+# bench:    tools/bench/bench.py --shapes=quick (splitkv beside FlashInfer and FlashAttention-3
+#           when their wheels are carried in .peers/ or $SPLITKV_PEERS_DIR (installed first by
+#           tools/gpu/install_peers.sh), torch's SDPA, flex, varlen: decode TB/s, prefill
+#           TFLOP/s, graph and eager, errors against float64); its files in $OUT/bench.
 # Logs go to $OUT (the device tool's folder; /tmp/splitkv_checks elsewhere); a summary last.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -70,9 +72,10 @@ for step in "${steps[@]}"; do
       summary+=("sass: rc=$?"); cat "${out}/sass_summary.txt" | head -n 30
       ;;
     bench)
+      source tools/gpu/install_peers.sh "${SPLITKV_PEERS_DIR:-.peers}" > "${out}/bench.log" 2>&1
       # --time_budget_s starts no case past 150 s; the timeout leaves the last one time to end.
       timeout 240 python3 tools/bench/bench.py --device=cuda --shapes=quick --out_dir="${out}/bench" \
-        --time_budget_s=150 --flex_compile_budget_s=45 > "${out}/bench.log" 2>&1
+        --time_budget_s=150 --flex_compile_budget_s=45 >> "${out}/bench.log" 2>&1
       summary+=("bench: rc=$?")
       ;;
     *) echo "unknown step ${step}: expected smoke, tests, sanitize, sass or bench" >&2; exit 2 ;;
