@@ -135,7 +135,7 @@ def test_check_every_call_finds_a_counter_no_launch_uses(device, monkeypatch):
     # SPLITKV_CHECK_WORKSPACE=1 checks the whole region around every call, so even a word
     # no launch touches is found (and healed) at once.
     harness.require(device, _DTYPE[device], 128)
-    monkeypatch.setattr(splitkv.workspace, "_CHECK_EVERY_CALL", True)
+    monkeypatch.setattr(splitkv.workspace, "CHECK_EVERY_CALL", True)
     problem = _problem("paged", device)
     workspace = splitkv.Workspace(64 << 20, device)
     counters = workspace.counter_region().view(torch.int32)
