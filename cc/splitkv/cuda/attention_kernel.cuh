@@ -255,6 +255,10 @@ __global__ void __launch_bounds__(kThreads)
   const int token_begin = q_begin + first;
   const int tile_rows = num_tokens * p.group_size;
   const float sm_scale = p.sm_scale, cap = p.logits_soft_cap;
+  // Logits are kept in log2 units in the main loop (natural units times log2(e), folded into
+  // the one multiply by sm_scale), so p = exp2(s - max) needs no multiply: the row's largest
+  // logit gets exactly exp2(0) = 1 (a dominant key's v row comes out exact) at no extra cost.
+  const float scale_log2 = sm_scale * kLog2e;
 
   for (int row0 = 0; row0 < tile_rows; row0 += S::kRows) {
     const int chunk_rows = min(S::kRows, tile_rows - row0);
@@ -334,8 +338,12 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = 0; n < S::kSTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float x = s[n][e] * sm_scale;
-          if (cap > 0.0f) x = cap * tanhf(x / cap);
+          float x;
+          if (cap > 0.0f) {
+            x = cap * tanhf(s[n][e] * sm_scale / cap) * kLog2e;  // capped in natural units
+          } else {
+            x = s[n][e] * scale_log2;
+          }
           s[n][e] = x;
         }
       }
@@ -357,7 +365,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
 
-      // Online softmax (natural-log max; exp2 with the log2(e) folded in).
+      // Online softmax (log2 units).
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         float m = row_max[i];
@@ -366,19 +374,17 @@ __global__ void __launch_bounds__(kThreads)
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
         const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;  // a row with no key yet: p = 0
-        const float alpha = exp2f((row_max[i] - m_ref) * kLog2e);
+        const float alpha = exp2f(row_max[i] - m_ref);
         row_max[i] = m;
         row_sum[i] *= alpha;
 #pragma unroll
         for (int d = 0; d < S::kDTiles; ++d) acc[d][2 * i] *= alpha, acc[d][2 * i + 1] *= alpha;
-        const float m_log2 = m_ref * kLog2e;
+
 #pragma unroll
         for (int n = 0; n < S::kSTiles; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            // Rounded before the subtraction, like m_log2 (no fused multiply-add): the row's
-          // largest logit then gets exactly exp2(0) = 1, so a dominant key's v row comes out exact.
-          const float pr = exp2f(__fmul_rn(s[n][2 * i + e], kLog2e) - m_log2);
+            const float pr = exp2f(s[n][2 * i + e] - m_ref);
             s[n][2 * i + e] = pr;
             row_sum[i] += pr;
           }
@@ -413,6 +419,9 @@ __global__ void __launch_bounds__(kThreads)
     // Stage every warp's rows, then each warp finishes whole rows and writes the result.
     float* const s_o = reinterpret_cast<float*>(smem);
     float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
+    // Back to natural-log units for the slices' merge and the stats (workspace_layout.h).
+#pragma unroll
+    for (int i = 0; i < 2; ++i) row_max[i] *= kLn2;
     StageWarpRows<S::kDTiles, S::kOStride>(s_o, s_ml, wn * S::kRows + wm * 16, acc, row_max, row_sum);
     __syncthreads();
 

@@ -35,6 +35,7 @@
 namespace splitkv::cuda {
 
 inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
 #define SPLITKV_NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float WarpMax(float x) {
