@@ -20,6 +20,13 @@ struct BackendTraits {
   int64_t min_keys_per_split = 256;
   int64_t max_splits = 64;
   int64_t split_block_keys = 64;   // keys the kernels' main loop takes at a time
+  // Batch-invariant mode (AttentionOptions::batch_invariant): keys per split, a multiple of
+  // every kernel's key block; 0 where the backend has no invariant mode.
+  int64_t invariant_split_keys = 0;
+  // True where one task can run a tile's invariant splits one after another and merge them
+  // itself, with the same bits as split tasks merging through the workspace (the CPU): the
+  // planner then splits only where it pays and never refuses for want of workspace.
+  bool invariant_in_task_splits = false;
 };
 
 namespace cpu {

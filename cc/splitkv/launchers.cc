@@ -43,6 +43,10 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
                              ": dtype float32 is not supported on cuda: expected float16 or "
                              "bfloat16, got float32");
     }
+    if (options.batch_invariant) {
+      throw UnsupportedError(std::string(check.op()) + ": batch_invariant is not supported on cuda yet: "
+                             "expected backend cpu, got cuda");
+    }
     if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
       throw UnsupportedError(std::string(check.op()) + ": head_dim not supported on cuda: expected "
                              "64, 128 or 256, got " + std::to_string(head_dim));
@@ -65,6 +69,11 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
     check.Fail("sm_scale", "is not finite", "a finite scale", std::to_string(options.sm_scale));
   }
   check.AtLeast("num_splits", options.num_splits, 0);
+  if (options.batch_invariant && options.num_splits != 0) {
+    check.Fail("num_splits", "conflicts with batch_invariant",
+               "None (0 in C++: the invariant split rule chooses)",
+               std::to_string(options.num_splits));
+  }
   if (workspace.data == nullptr) check.Fail("workspace", "is null", "a buffer", "null");
   const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
   if (base % kWorkspaceAlignment != 0) {
@@ -155,6 +164,9 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.split_block_keys = traits.split_block_keys;
   request.forced_num_splits = options.num_splits;
   request.workspace_bytes = workspace.bytes;
+  request.batch_invariant = options.batch_invariant;
+  request.invariant_split_keys = traits.invariant_split_keys;
+  request.in_task_splits = traits.invariant_in_task_splits;
   return PlanSplits(request);
 }
 

@@ -40,15 +40,22 @@ class Plan:
     num_tiles : int
         Work tiles (request x kv head x query tile); with num_splits > 1 each owns the
         counter at index tile (bytes 4 * tile .. 4 * tile + 4).
+    invariant_split_keys : int
+        With ``batch_invariant``: keys per split (split s covers KV positions
+        ``[s * invariant_split_keys, (s + 1) * invariant_split_keys)``); ``num_splits`` is
+        then the launch's split tasks per tile (1: each tile runs its splits in one task,
+        same bits). 0 otherwise.
     """
 
     num_splits: int
     layout: WorkspaceLayout
     num_tiles: int = 0
+    invariant_split_keys: int = 0
 
     @classmethod
     def _from_ext(cls, plan):
-        return cls(plan.num_splits, WorkspaceLayout._from_ext(plan.layout), plan.num_tiles)
+        return cls(plan.num_splits, WorkspaceLayout._from_ext(plan.layout), plan.num_tiles,
+                   plan.invariant_split_keys)
 
 
 # ---- shared pieces ----
@@ -89,7 +96,8 @@ def _longest(cu_seqlens):
     return int((cu_seqlens[1:].to(torch.int64) - cu_seqlens[:-1].to(torch.int64)).max())
 
 
-def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_splits):
+def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_splits,
+             batch_invariant=False):
     options = _splitkv.AttentionOptions()
     options.causal = _checks.flag(op, "causal", causal)
     options.window_left = _checks.integer(op, "window_left", window_left, -1,
@@ -101,6 +109,7 @@ def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_s
     if num_splits is not None:
         options.num_splits = _checks.integer(op, "num_splits", num_splits, 1,
                                              "None (the planner chooses) or an int >= 1")
+    options.batch_invariant = _checks.flag(op, "batch_invariant", batch_invariant)
     return options
 
 
@@ -186,7 +195,7 @@ def _paged_kv(op, kv_cache, kv_layout, q):
 
 def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                   sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch):
+                  max_q_len, launch, batch_invariant=False):
     dtype, backend = _query(op, q)
     k, v = _paged_kv(op, kv_cache, kv_layout, q)
     _index(op, "block_tables", block_tables, q, 2)
@@ -201,7 +210,8 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
         max_q_len = max(1, _longest(cu_seqlens_q)) if cu_seqlens_q is not None else 1
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
-    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                       batch_invariant)
     out, lse = _outputs(op, q, out, return_lse, launch)
     _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v)], "tensor",
                      "attention is not computed in place")
@@ -237,7 +247,7 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                    max_q_len=None):
+                    max_q_len=None, batch_invariant=False):
     """Attention of new query tokens over a paged KV cache (decode, speculative decode,
     chunked prefill), split-KV merged inside one launch.
 
@@ -299,6 +309,14 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         Keyword-only upper bound on q_len over requests. Default None: 1, or computed on
         the host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid
         the sync, e.g. under CUDA graph capture).
+    batch_invariant : bool, default False
+        Keyword-only. True: each request's ``out`` and ``lse`` are bitwise the same whatever
+        batch it runs in (other requests, their count and order), whatever the workspace
+        size and CPU thread count, however its prefill is chunked, and whether a token is
+        computed in a prefill or a decode (same backend, build and CPU instruction set).
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the CPU).
+        Bits differ from the default mode's. ``num_splits`` must then be None (ValueError
+        otherwise); on CUDA not supported yet (ValueError).
 
     Returns
     -------
@@ -346,11 +364,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
             q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
-            out=out, max_q_len=max_q_len)
+            out=out, max_q_len=max_q_len, batch_invariant=batch_invariant)
     params, out, lse = _paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=True)
+        launch=True, batch_invariant=batch_invariant)
     _run(_PAGED, _splitkv.LaunchPagedAttention, params, q, workspace)
     return (out, lse) if return_lse else out
 
@@ -358,7 +376,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
 def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                          kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                          logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                         max_q_len=None):
+                         max_q_len=None, batch_invariant=False):
     """The plan :func:`paged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`paged_attention`'s arguments. Checks the tensors, shapes and
@@ -383,7 +401,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
     params, _, _ = _paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=False)
+        launch=False, batch_invariant=batch_invariant)
     return Plan._from_ext(_run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
 
 
@@ -391,7 +409,8 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
 
 
 def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
-                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch):
+                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch,
+                   batch_invariant=False):
     dtype, backend = _query(op, q)
     kv_shape = "[total_kv, num_kv_heads, head_dim]"
     _operand(op, "k", k, q, 3, kv_shape)
@@ -410,7 +429,8 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
         max_q_len = _longest(cu_seqlens_q)
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
-    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                       batch_invariant)
     out, lse = _outputs(op, q, out, return_lse, launch)
     _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v)], "tensor",
                      "attention is not computed in place")
@@ -436,7 +456,7 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                     return_lse=False, out=None, max_q_len=None):
+                     return_lse=False, out=None, max_q_len=None, batch_invariant=False):
     """Attention over ragged (packed, variable-length) q, k, v: prefill of a batch of
     requests, split-KV merged inside one launch.
 
@@ -482,6 +502,14 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         Keyword-only upper bound on q_len over requests. Default None: computed on the
         host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid the
         sync, e.g. under CUDA graph capture).
+    batch_invariant : bool, default False
+        Keyword-only. True: each request's ``out`` and ``lse`` are bitwise the same whatever
+        batch it runs in (other requests, their count and order), whatever the workspace
+        size and CPU thread count, however its prefill is chunked, and whether a token is
+        computed in a prefill or a decode (same backend, build and CPU instruction set).
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the CPU).
+        Bits differ from the default mode's. ``num_splits`` must then be None (ValueError
+        otherwise); on CUDA not supported yet (ValueError).
 
     Returns
     -------
@@ -522,17 +550,17 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         return ops.ragged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
-            return_lse=return_lse, out=out, max_q_len=max_q_len)
+            return_lse=return_lse, out=out, max_q_len=max_q_len, batch_invariant=batch_invariant)
     params, out, lse = _ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True, batch_invariant=batch_invariant)
     _run(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, workspace)
     return (out, lse) if return_lse else out
 
 
 def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                           sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                          return_lse=False, out=None, max_q_len=None):
+                          return_lse=False, out=None, max_q_len=None, batch_invariant=False):
     """The plan :func:`ragged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`ragged_attention`'s arguments. Checks the tensors, shapes and
@@ -557,5 +585,5 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
     """
     params, _, _ = _ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False, batch_invariant=batch_invariant)
     return Plan._from_ext(_run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))

@@ -176,6 +176,18 @@ ROWS = [
         _P + "num_splits out of range: expected None (the planner chooses) or an int >= 1, "
         "got 2147483648",
         lambda p, ws, d: _paged_call(p, ws, num_splits=2**31)),
+    Row("batch_invariant_forced_splits", "paged", "num_splits forced with batch_invariant",
+        ValueError,
+        _P + "num_splits conflicts with batch_invariant: expected None (0 in C++: the "
+        "invariant split rule chooses), got 2",
+        lambda p, ws, d: _paged_call(p, ws, num_splits=2, batch_invariant=True)),
+    Row("batch_invariant_type", "paged", "batch_invariant not a bool", TypeError,
+        _P + "batch_invariant has the wrong type: expected a bool, got 'yes'",
+        lambda p, ws, d: _paged_call(p, ws, batch_invariant="yes")),
+    Row("batch_invariant_cuda", "paged", "batch_invariant on CUDA (not implemented yet)",
+        ValueError, _P + "batch_invariant is not supported on cuda yet: expected backend cpu, "
+        "got cuda",
+        lambda p, ws, d: _paged_call(p, ws, batch_invariant=True), "cuda"),
     # ---- paged: workspace ----
     Row("workspace_not_contiguous", "paged", "workspace not contiguous", ValueError,
         _P + "workspace is not contiguous: expected a contiguous tensor, got strides (2,); "
