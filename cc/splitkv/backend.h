@@ -38,7 +38,7 @@ void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan)
 namespace cuda {
 // True in a --config=cuda build; otherwise a stub whose other functions throw.
 bool Available();
-BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream);
+BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant);
 void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
 void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
 }  // namespace cuda

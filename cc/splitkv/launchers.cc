@@ -43,10 +43,6 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
                              ": dtype float32 is not supported on cuda: expected float16 or "
                              "bfloat16, got float32");
     }
-    if (options.batch_invariant) {
-      throw UnsupportedError(std::string(check.op()) + ": batch_invariant is not supported on cuda yet: "
-                             "expected backend cpu, got cuda");
-    }
     if (head_dim != 64 && head_dim != 128 && head_dim != 256) {
       throw UnsupportedError(std::string(check.op()) + ": head_dim not supported on cuda: expected "
                              "64, 128 or 256, got " + std::to_string(head_dim));
@@ -142,8 +138,8 @@ int64_t CheckCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* c
 }
 
 BackendTraits TraitsFor(Backend backend, int64_t group_size, int64_t head_dim, int64_t max_q_len,
-                        void* stream) {
-  if (backend == Backend::kCuda) return cuda::Traits(group_size, head_dim, max_q_len, stream);
+                        void* stream, bool batch_invariant) {
+  if (backend == Backend::kCuda) return cuda::Traits(group_size, head_dim, max_q_len, stream, batch_invariant);
   return cpu::Traits(group_size, head_dim);
 }
 
@@ -258,7 +254,7 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckPagedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream, p.options.batch_invariant);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               p.max_q_len, max_kv, p.options, p.workspace);
 }
@@ -301,7 +297,7 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               max_q, max_kv, p.options, p.workspace);
 }

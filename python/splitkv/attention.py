@@ -314,9 +314,12 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         batch it runs in (other requests, their count and order), whatever the workspace
         size and CPU thread count, however its prefill is chunked, and whether a token is
         computed in a prefill or a decode (same backend, build and CPU instruction set).
-        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the CPU).
-        Bits differ from the default mode's. ``num_splits`` must then be None (ValueError
-        otherwise); on CUDA not supported yet (ValueError).
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
+        from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
+        On CUDA every call runs the mma.sync kernel's prefill tiles (not the sm_90 decode
+        or wgmma prefill kernels) and the workspace must hold every split's partials,
+        ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
+        splits in one task when they do not fit.
 
     Returns
     -------
@@ -507,9 +510,12 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         batch it runs in (other requests, their count and order), whatever the workspace
         size and CPU thread count, however its prefill is chunked, and whether a token is
         computed in a prefill or a decode (same backend, build and CPU instruction set).
-        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the CPU).
-        Bits differ from the default mode's. ``num_splits`` must then be None (ValueError
-        otherwise); on CUDA not supported yet (ValueError).
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
+        from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
+        On CUDA every call runs the mma.sync kernel's prefill tiles (not the sm_90 decode
+        or wgmma prefill kernels) and the workspace must hold every split's partials,
+        ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
+        splits in one task when they do not fit.
 
     Returns
     -------

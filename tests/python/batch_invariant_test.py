@@ -43,10 +43,10 @@ def make_requests(lengths, *, num_kv_heads=2, group=2, head_dim=64, dtype=torch.
     return [Request(n, num_kv_heads, group, head_dim, dtype, generator) for n in lengths]
 
 
-def paged(requests, spans, workspace, *, device="cpu", page_size=16, seed=0, **options):
-    """paged_attention over `spans`: (request, kv_len, q_begin), the request's queries at
-    positions q_begin .. kv_len - 1 over its first kv_len keys, in a cache whose pages come
-    in a random order (unused slots NaN). Returns one (out, lse) per span."""
+def paged_inputs(requests, spans, *, device="cpu", page_size=16, seed=0):
+    """paged_attention's arguments for `spans`: (request, kv_len, q_begin), the request's
+    queries at positions q_begin .. kv_len - 1 over its first kv_len keys, in a cache whose
+    pages come in a random order (unused slots NaN). Returns (args, kwargs, q_lens)."""
     generator = torch.Generator().manual_seed(seed)
     pages = [-(-kv_len // page_size) for _, kv_len, _ in spans]
     num_pages = sum(pages) + 1
@@ -67,11 +67,17 @@ def paged(requests, spans, workspace, *, device="cpu", page_size=16, seed=0, **o
             cache[page, 1, :, :chunk.stop - chunk.start] = req.v[chunk].transpose(0, 1)
     q = torch.cat([requests[r].q[begin:kv_len] for r, kv_len, begin in spans])
     q_lens = [kv_len - begin for _, kv_len, begin in spans]
-    out, lse = splitkv.paged_attention(
-        q.to(device), cache.to(device), tables.to(device),
-        torch.tensor([kv_len for _, kv_len, _ in spans], dtype=torch.int32, device=device),
-        workspace, cu_seqlens_q=harness.cu_seqlens(q_lens, device), return_lse=True,
-        batch_invariant=True, **options)
+    seq_lens = torch.tensor([kv_len for _, kv_len, _ in spans], dtype=torch.int32, device=device)
+    args = (q.to(device), cache.to(device), tables.to(device), seq_lens)
+    kwargs = dict(cu_seqlens_q=harness.cu_seqlens(q_lens, device), max_q_len=max(q_lens),
+                  return_lse=True, batch_invariant=True)
+    return args, kwargs, q_lens
+
+
+def paged(requests, spans, workspace, *, device="cpu", page_size=16, seed=0, **options):
+    """paged_attention over `spans` (see paged_inputs); one (out, lse) per span."""
+    args, kwargs, q_lens = paged_inputs(requests, spans, device=device, page_size=page_size, seed=seed)
+    out, lse = splitkv.paged_attention(*args, workspace, **kwargs, **options)
     harness.assert_counter_region_zero(workspace)
     return _unpack(out.cpu(), lse.cpu(), q_lens)
 
@@ -190,7 +196,8 @@ def test_prefill_chunks_verify_and_decode_agree(device, option):
 def test_workspace_size_and_plan_do_not_change_bits(device):
     """L2: the smallest workspace (no room for split partials: every tile runs its splits in
     its own task) and a large one (split tasks merged through the workspace) give the same
-    bits; the plan splits long KV at small batch, and refuses a forced num_splits."""
+    bits on the CPU (CUDA refuses the small one); the plan splits long KV at small batch, and
+    a forced num_splits is refused."""
     harness.require(device)
     lengths = [3000, 2000]
     requests = make_requests(lengths, seed=3)
@@ -199,23 +206,28 @@ def test_workspace_size_and_plan_do_not_change_bits(device):
     harness.fill_garbage(large)
     spans = [(0, 3000, 2999), (1, 2000, 1999)]
     a = paged(requests, spans, large, device=device)
+    q = requests[0].q[:1].to(device)
+    k, v = requests[0].k.to(device), requests[0].v.to(device)
+    cu_q, cu_kv = harness.cu_seqlens([1], device), harness.cu_seqlens([3000], device)
+    plan = splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, large, batch_invariant=True)
+    assert (plan.num_splits, plan.invariant_split_keys) == (3, SPLIT_KEYS)
+    assert splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, large).invariant_split_keys == 0
+    with pytest.raises(ValueError, match="num_splits conflicts with batch_invariant: expected None"):
+        splitkv.ragged_attention(q, k, v, cu_q, cu_kv, large, num_splits=2, batch_invariant=True)
+    if device == "cuda":
+        # No in-task splits on CUDA: a workspace without room for the partials is refused.
+        with pytest.raises(ValueError, match="workspace too small: need .* for batch_invariant"):
+            paged(requests, spans, small, device=device)
+        harness.assert_counter_region_zero(small)
+        return
     b = paged(requests, spans, small, device=device)
     for x, y in zip(a, b):
         assert_same(x, y)
     prefill_a = ragged(requests, [(0, 3000, 2500)], large, device=device)
     prefill_b = ragged(requests, [(0, 3000, 2500)], small, device=device)
     assert_same(prefill_a[0], prefill_b[0])
-    # The plan: split tasks where the workspace holds them, one task per tile where not.
-    q = requests[0].q[:1].to(device)
-    k, v = requests[0].k.to(device), requests[0].v.to(device)
-    cu_q, cu_kv = harness.cu_seqlens([1], device), harness.cu_seqlens([3000], device)
-    plan = splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, large, batch_invariant=True)
-    assert (plan.num_splits, plan.invariant_split_keys) == (3, SPLIT_KEYS)
     plan = splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, small, batch_invariant=True)
     assert (plan.num_splits, plan.invariant_split_keys) == (1, SPLIT_KEYS)
-    assert splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, large).invariant_split_keys == 0
-    with pytest.raises(ValueError, match="num_splits conflicts with batch_invariant: expected None"):
-        splitkv.ragged_attention(q, k, v, cu_q, cu_kv, large, num_splits=2, batch_invariant=True)
     harness.assert_counter_region_zero(large)
 
 
@@ -268,3 +280,48 @@ def test_thread_count_does_not_change_bits(tmp_path):
         assert len(there) == len(here)
         for a, b in zip(there, here):
             assert_same(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,head_dim", [(torch.bfloat16, 128), (torch.float16, 64), (torch.bfloat16, 256)])
+def test_cuda_graph_replay_and_torch_op_match_eager(dtype, head_dim):
+    """L5: a batch captured in a CUDA graph (through the torch op) and replayed gives each
+    request the bits of its eager decode alone; so does the op outside a graph."""
+    harness.require("cuda", dtype, head_dim)
+    lengths = [3000, 1500, 40, 2049]
+    requests = make_requests(lengths, group=4, head_dim=head_dim, dtype=dtype, seed=13)
+    workspace = splitkv.Workspace(64 << 20, "cuda")
+    alone = [paged(requests, [(r, n, n - 1)], workspace, device="cuda")[0] for r, n in enumerate(lengths)]
+    spans = [(r, n, n - 1) for r, n in enumerate(lengths)][::-1]
+    args, kwargs, q_lens = paged_inputs(requests, spans, device="cuda", seed=5)
+    out = torch.empty_like(args[0])
+    eager = splitkv.ops.paged_attention(*args, workspace, out=out, **kwargs)
+    for got, (r, _, _) in zip(_unpack(eager[0].cpu(), eager[1].cpu(), q_lens), spans):
+        assert_same(got, alone[r])
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = splitkv.ops.paged_attention(*args, workspace, out=out, **kwargs)
+    graph.replay()
+    torch.cuda.synchronize()
+    harness.assert_counter_region_zero(workspace)
+    for got, (r, _, _) in zip(_unpack(captured[0].cpu(), captured[1].cpu(), q_lens), spans):
+        assert_same(got, alone[r])
+
+
+def test_torch_op_matches_eager_cpu():
+    """The torch op (splitkv.ops) passes batch_invariant through: same bits as the eager call."""
+    lengths = [2100, 33]
+    requests = make_requests(lengths, seed=17)
+    workspace = splitkv.Workspace(64 << 20, "cpu")
+    spans = [(0, 2100, 2000), (1, 33, 32)]
+    args, kwargs, q_lens = paged_inputs(requests, spans)
+    via_op = splitkv.ops.paged_attention(*args, workspace, **kwargs)
+    eager = splitkv.paged_attention(*args, workspace, **kwargs)
+    default = splitkv.ops.paged_attention(*args, workspace, **dict(kwargs, batch_invariant=False))
+    assert_same(via_op, eager)
+    assert not torch.equal(via_op[0], default[0])  # the keyword reached the kernels
+    prefill = splitkv.ops.ragged_attention(
+        requests[0].q, requests[0].k, requests[0].v, harness.cu_seqlens([2100], "cpu"),
+        harness.cu_seqlens([2100], "cpu"), workspace, return_lse=True, batch_invariant=True)
+    assert_same((via_op[0][:100], via_op[1][:100]), (prefill[0][2000:], prefill[1][2000:]))

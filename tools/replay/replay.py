@@ -59,6 +59,11 @@ flags.DEFINE_integer("torch_threads", 1,
                      "checks); 0 keeps torch's default. splitkv's CPU backend has its own pool "
                      "(SPLITKV_NUM_THREADS). One thread keeps these small ops from fighting that pool "
                      "for the cores, which made them 5-20x slower with two.")
+flags.DEFINE_bool("batch_invariant", False,
+                  "Run every call with batch_invariant=True and, at the calls the float64 checks sample, "
+                  "re-run requests alone (every request of a prefill; the first, middle and last of a "
+                  "decode) and compare out and lse bitwise. On CUDA the workspace grows to what the "
+                  "invariant splits need.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
 flags.DEFINE_enum("inject_fault", "none", list(FAULTS),
                   "Testing the checks only: 'output' perturbs the first checked output, 'counter' "
@@ -101,6 +106,10 @@ def main(argv):
                       ("workspace_mb", 1), ("page_size", 0), ("prefill_num_splits", 0),
                       ("decode_num_splits", 0), ("torch_threads", 0)):
         _positive(name, getattr(FLAGS, name), low)
+    if FLAGS.batch_invariant and (FLAGS.prefill_num_splits or FLAGS.decode_num_splits):
+        raise _refuse("replay: --batch_invariant conflicts with a forced num_splits: expected "
+                      "--prefill_num_splits=0 and --decode_num_splits=0, got "
+                      f"{FLAGS.prefill_num_splits} and {FLAGS.decode_num_splits}")
     if not FLAGS.step_ms > 0:
         raise _refuse(f"replay: --step_ms invalid: expected > 0, got {FLAGS.step_ms}")
     if FLAGS.torch_threads:
@@ -122,7 +131,7 @@ def main(argv):
         max_generated_tokens=FLAGS.max_generated_tokens, check_every=FLAGS.check_every,
         seed=FLAGS.seed, workspace_bytes=FLAGS.workspace_mb << 20,
         prefill_num_splits=FLAGS.prefill_num_splits, decode_num_splits=FLAGS.decode_num_splits,
-        inject_fault=FLAGS.inject_fault, progress=FLAGS.progress)
+        batch_invariant=FLAGS.batch_invariant, inject_fault=FLAGS.inject_fault, progress=FLAGS.progress)
     try:
         result = run_replay(config)
     except ValueError as e:  # options the scheduler or splitkv refuse before the first step
@@ -136,6 +145,8 @@ def main(argv):
         print("check failed: " + message, file=sys.stderr)
     if len(failures) > 10:
         print(f"... and {len(failures) - 10} more failed checks", file=sys.stderr)
+    for message in (result.invariance.failures[:10] if result.invariance else []):
+        print("check failed: " + message, file=sys.stderr)
     if result.counter_failure:
         print("check failed: " + result.counter_failure, file=sys.stderr)
     if result.error:
