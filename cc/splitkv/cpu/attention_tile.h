@@ -34,6 +34,12 @@ struct SoftmaxStat {
   float sum_exp;  // sum of exp(logit - max) over them (0 if none)
 };
 
+// A split's weight in the merge: sum_exp * exp(max - global_max), 0 for a split that saw no
+// finite logit.
+inline float SplitWeight(const SoftmaxStat& st, float global_max) {
+  return st.sum_exp != 0.0f ? st.sum_exp * std::exp(st.max - global_max) : 0.0f;
+}
+
 // What a tile needs besides its keys: where its queries and outputs are, and the options.
 template <typename T>
 struct TileInputs {
@@ -418,22 +424,25 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
         const SoftmaxStat st = stats[PartialIndex(shape, num_splits, sp, token, head)];
         if (st.sum_exp != 0.0f) global_max = NanMax(global_max, st.max);
       }
+      // The weights' total first, then each split's share w / total: one non-empty split
+      // gives back its partial exactly (w / w == 1), the bits of a one-split call, and the
+      // sum starts at -0 so that its -0 elements stay -0.
       float total = 0.0f;
-      std::fill(merged.begin(), merged.end(), 0.0f);
+      for (int64_t sp = 0; sp < num_splits; ++sp) total += SplitWeight(stats[PartialIndex(shape, num_splits, sp, token, head)], global_max);
+      std::fill(merged.begin(), merged.end(), -0.0f);
       for (int64_t sp = 0; sp < num_splits; ++sp) {
         const int64_t index = PartialIndex(shape, num_splits, sp, token, head);
-        const SoftmaxStat st = stats[index];
-        // A split without a finite logit still merges with weight 0: its partial is 0, or
+        // A split without a finite logit still merges with share 0: its partial is 0, or
         // NaN where a visible value was not finite, which must not depend on num_splits.
-        const float weight = st.sum_exp != 0.0f ? st.sum_exp * std::exp(st.max - global_max) : 0.0f;
-        total += weight;
-        for (int64_t e = 0; e < d; ++e) merged[e] += weight * partials[index * d + e];
+        const float weight = SplitWeight(stats[index], global_max);
+        const float share = total > 0.0f ? weight / total : 0.0f;
+        for (int64_t e = 0; e < d; ++e) merged[e] += share * partials[index * d + e];
       }
       if (global_max == kNegInf) {
         write_output(t, g, merged.data(), 0.0f, kNegInf);
         continue;
       }
-      write_output(t, g, merged.data(), 1.0f / total, global_max + std::log(total));
+      write_output(t, g, merged.data(), 1.0f, global_max + std::log(total));
     }
   }
   counter.store(0, std::memory_order_release);
