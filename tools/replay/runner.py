@@ -11,6 +11,7 @@ import tqdm
 import splitkv
 from tools.replay import checks
 from tools.replay import invariance
+from tools.replay.invariance import InvarianceStats
 from tools.replay.page_allocator import PageAllocator
 from tools.replay.paged_cache import PagedKvCache
 from tools.replay.scheduler import Scheduler
@@ -64,7 +65,7 @@ class ReplayResult:
     counter_steps_checked: int = 0
     counter_failure: str = None
     check_stats: checks.CheckStats = None
-    invariance: invariance.InvarianceStats = None
+    invariance: InvarianceStats = None  # with --batch_invariant
     error: str = None  # an exception from a call, which stops the replay
     # Calls whose plan split the KV (num_splits > 1, so they used counters), and the most splits.
     split_calls: dict = dataclasses.field(default_factory=lambda: {"prefill": 0, "decode": 0})
@@ -188,7 +189,7 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     stats = checks.CheckStats()
     result = ReplayResult(check_stats=stats, workspace_bytes=buffer.numel(),
                           counter_region_bytes=splitkv.COUNTER_REGION_BYTES,
-                          invariance=invariance.InvarianceStats() if config.batch_invariant else None)
+                          invariance=InvarianceStats() if config.batch_invariant else None)
     runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result)
 
     bar = tqdm.tqdm(total=len(config.requests), unit="req", desc="replay", disable=not config.progress,
