@@ -20,6 +20,13 @@ struct BackendTraits {
   int64_t min_keys_per_split = 256;
   int64_t max_splits = 64;
   int64_t split_block_keys = 64;   // keys the kernels' main loop takes at a time
+  // Batch-invariant mode (AttentionOptions::batch_invariant): keys per split, a multiple of
+  // every kernel's key block; 0 where the backend has no invariant mode.
+  int64_t invariant_split_keys = 0;
+  // True where one task can run a tile's invariant splits one after another and merge them
+  // itself, with the same bits as split tasks merging through the workspace (the CPU): the
+  // planner then splits only where it pays and never refuses for want of workspace.
+  bool invariant_in_task_splits = false;
 };
 
 namespace cpu {
@@ -31,7 +38,7 @@ void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan)
 namespace cuda {
 // True in a --config=cuda build; otherwise a stub whose other functions throw.
 bool Available();
-BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream);
+BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant);
 void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
 void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
 // cudaMemsetAsync of the counter region on `stream`.

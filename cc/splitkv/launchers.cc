@@ -65,6 +65,11 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
     check.Fail("sm_scale", "is not finite", "a finite scale", std::to_string(options.sm_scale));
   }
   check.AtLeast("num_splits", options.num_splits, 0);
+  if (options.batch_invariant && options.num_splits != 0) {
+    check.Fail("num_splits", "conflicts with batch_invariant",
+               "None (0 in C++: the invariant split rule chooses)",
+               std::to_string(options.num_splits));
+  }
   if (workspace.data == nullptr) check.Fail("workspace", "is null", "a buffer", "null");
   const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
   if (base % kWorkspaceAlignment != 0) {
@@ -133,8 +138,8 @@ int64_t CheckCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* c
 }
 
 BackendTraits TraitsFor(Backend backend, int64_t group_size, int64_t head_dim, int64_t max_q_len,
-                        void* stream) {
-  if (backend == Backend::kCuda) return cuda::Traits(group_size, head_dim, max_q_len, stream);
+                        void* stream, bool batch_invariant) {
+  if (backend == Backend::kCuda) return cuda::Traits(group_size, head_dim, max_q_len, stream, batch_invariant);
   return cpu::Traits(group_size, head_dim);
 }
 
@@ -155,6 +160,9 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.split_block_keys = traits.split_block_keys;
   request.forced_num_splits = options.num_splits;
   request.workspace_bytes = workspace.bytes;
+  request.batch_invariant = options.batch_invariant;
+  request.invariant_split_keys = traits.invariant_split_keys;
+  request.in_task_splits = traits.invariant_in_task_splits;
   return PlanSplits(request);
 }
 
@@ -277,7 +285,7 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckPagedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream, p.options.batch_invariant);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               p.max_q_len, max_kv, p.options, p.workspace);
 }
@@ -320,7 +328,7 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               max_q, max_kv, p.options, p.workspace);
 }

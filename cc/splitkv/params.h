@@ -48,6 +48,14 @@ struct AttentionOptions {
   // workspace and the counter region hold it; 1 needs no scratch). >= 1: forced, and the
   // call is refused (WorkspaceError) if the workspace or the counter region cannot hold it.
   int32_t num_splits = 0;
+  // Batch invariance: a request's out and lse bits depend only on its own q, KV and the
+  // other options, not on the batch, the workspace size, the CPU thread count, how its
+  // prefill is chunked or whether a token is computed in a prefill or a decode. Splits are
+  // cut at absolute KV positions (BackendTraits::invariant_split_keys keys each, split_plan.h
+  // InvariantSplitKeyRange), every row takes one reduction order, and the merge runs in split
+  // order. Bits are the same for one build and instruction set (the CPU's SPLITKV_CPU_ISA);
+  // they differ from the default mode's. Requires num_splits == 0 (the split rule is fixed).
+  bool batch_invariant = false;
 };
 
 // The caller's workspace (workspace_layout.h): bytes [0, kCounterRegionBytes) must be zero

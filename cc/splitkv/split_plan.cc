@@ -74,7 +74,33 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   const auto fits_counters = [&](int64_t s) {
     return RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, s) <= kMaxCounters;
   };
-  if (r.forced_num_splits >= 1) {
+  if (r.batch_invariant) {
+    if (r.invariant_split_keys <= 0) {
+      throw UnsupportedError(std::string(r.op) + ": batch_invariant not supported on this backend");
+    }
+    plan.invariant_split_keys = r.invariant_split_keys;
+    // Every tile's splits fit in this many (a tile sees at most max_kv_len keys); a tile that
+    // sees more than max_kv_len promised runs its splits in its own task (CPU).
+    const int64_t splits = std::max<int64_t>(1, InvariantNumSplits(r.max_kv_len, r.invariant_split_keys));
+    const bool fits = Fits(r.layout_shape, splits, r.workspace_bytes) && fits_counters(splits);
+    const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
+    const bool pays = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
+                                         r.split_block_keys) > 1;
+    if (splits > 1 && !r.in_task_splits && !fits) {
+      const int64_t needed = RequiredWorkspaceBytes(r.layout_shape, splits);
+      if (!fits_counters(splits)) {
+        throw WorkspaceError(std::string(r.op) + ": too many work tiles for the counter region with batch_invariant: need " +
+                             std::to_string(RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, splits)) +
+                             " counters for " + std::to_string(splits) + " splits, the region holds " +
+                             std::to_string(kMaxCounters) + "; use a smaller batch");
+      }
+      throw WorkspaceError(std::string(r.op) + ": workspace too small: need " + std::to_string(needed) +
+                           " bytes for batch_invariant (" + std::to_string(splits) + " splits of " +
+                           std::to_string(r.invariant_split_keys) + " keys), got " +
+                           std::to_string(r.workspace_bytes) + "; pass a larger workspace");
+    }
+    plan.num_splits = splits > 1 && fits && (pays || !r.in_task_splits) ? splits : 1;
+  } else if (r.forced_num_splits >= 1) {
     const int64_t s = r.forced_num_splits;
     if (TooLargeToCount(r.layout_shape, s)) {
       throw WorkspaceError(std::string(r.op) + ": workspace too small: need more than 2^62 bytes for num_splits=" +

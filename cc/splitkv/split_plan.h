@@ -43,6 +43,12 @@ struct SplitPlanRequest {
   int64_t split_block_keys = 64;     // keys the kernel's main loop takes at a time
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size
+  // Batch-invariant mode: splits of invariant_split_keys keys at absolute positions; the
+  // count is ceil(max_kv_len / invariant_split_keys) or, with in_task_splits, 1 where
+  // splitting does not pay or does not fit (tasks then run their splits one after another).
+  bool batch_invariant = false;
+  int64_t invariant_split_keys = 0;
+  bool in_task_splits = false;
 };
 
 struct SplitPlan {
@@ -50,6 +56,9 @@ struct SplitPlan {
   int64_t num_tiles = 0;       // batch_size * num_kv_heads * max_q_tiles
   int64_t max_q_tiles = 1;
   int64_t num_workers = 1;     // the request's workers: CTAs (or tasks) the grid was sized for
+  // Batch-invariant mode: keys per split (split s covers keys [s * this, (s + 1) * this));
+  // 0 in the default mode. num_splits is then the launch's split tasks per tile.
+  int64_t invariant_split_keys = 0;
   WorkspaceLayout layout;
 };
 
@@ -85,6 +94,29 @@ SPLITKV_HOST_DEVICE inline KeyRange SplitKeyRange(int64_t lo, int64_t hi, int64_
     return key < hi ? key : hi;
   };
   return {start(split_idx), start(split_idx + 1)};
+}
+
+// The batch-invariant split rule (AttentionOptions::batch_invariant), the one place that
+// says which keys an invariant split covers. Split s covers the absolute KV positions
+// [s * split_keys, (s + 1) * split_keys), so a row's splits depend only on its own visible
+// keys, never on the batch or the launch's split count. InvariantNumSplits: the splits a
+// tile whose visible keys end at `hi` has (0 when it sees none). InvariantSplitKeyRange: the
+// keys split s of a tile with visible keys [lo, hi) walks, starting on a multiple of
+// `block_keys` (a divisor of split_keys), so every kernel's key blocks sit at the same
+// absolute positions whatever the tile's other rows; keys before lo are masked out by the
+// kernels. Empty (begin == end) when the split holds none of [lo, hi).
+SPLITKV_HOST_DEVICE inline int64_t InvariantNumSplits(int64_t hi, int64_t split_keys) {
+  return hi <= 0 ? 0 : (hi + split_keys - 1) / split_keys;
+}
+SPLITKV_HOST_DEVICE inline KeyRange InvariantSplitKeyRange(int64_t lo, int64_t hi, int64_t split_idx,
+                                                           int64_t split_keys, int64_t block_keys) {
+  const int64_t split_begin = split_idx * split_keys;
+  const int64_t aligned_lo = lo / block_keys * block_keys;
+  const int64_t begin = split_begin > aligned_lo ? split_begin : aligned_lo;
+  const int64_t split_end = split_begin + split_keys;
+  const int64_t end = split_end < hi ? split_end : hi;
+  if (hi <= lo || end <= begin || end <= lo) return {begin, begin};
+  return {begin, end};
 }
 
 }  // namespace splitkv

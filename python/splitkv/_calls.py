@@ -79,7 +79,8 @@ def longest(cu_seqlens):
     return int((cu_seqlens[1:].to(torch.int64) - cu_seqlens[:-1].to(torch.int64)).max())
 
 
-def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_splits):
+def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_splits,
+             batch_invariant=False):
     options = _splitkv.AttentionOptions()
     options.causal = _checks.flag(op, "causal", causal)
     options.window_left = _checks.integer(op, "window_left", window_left, -1,
@@ -91,6 +92,7 @@ def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_s
     if num_splits is not None:
         options.num_splits = _checks.integer(op, "num_splits", num_splits, 1,
                                              "None (the planner chooses) or an int >= 1")
+    options.batch_invariant = _checks.flag(op, "batch_invariant", batch_invariant)
     return options
 
 
@@ -174,7 +176,7 @@ def _paged_kv(op, kv_cache, kv_layout, q):
 
 def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                   sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch):
+                  max_q_len, launch, batch_invariant=False):
     dtype, backend = _query(op, q)
     k, v = _paged_kv(op, kv_cache, kv_layout, q)
     _index(op, "block_tables", block_tables, q, 2)
@@ -189,7 +191,8 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
         max_q_len = max(1, longest(cu_seqlens_q)) if cu_seqlens_q is not None else 1
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
-    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                       batch_invariant)
     out, lse = _outputs(op, q, out, return_lse, launch)
     _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v)], "tensor",
                      "attention is not computed in place")
@@ -226,7 +229,8 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
 
 
 def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
-                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch):
+                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch,
+                   batch_invariant=False):
     dtype, backend = _query(op, q)
     kv_shape = "[total_kv, num_kv_heads, head_dim]"
     _operand(op, "k", k, q, 3, kv_shape)
@@ -245,7 +249,8 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
         max_q_len = longest(cu_seqlens_q)
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
-    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                       batch_invariant)
     out, lse = _outputs(op, q, out, return_lse, launch)
     _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v)], "tensor",
                      "attention is not computed in place")
@@ -427,12 +432,12 @@ def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seql
 
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-               max_q_len):
+               max_q_len, batch_invariant=False):
     """Runs paged attention; returns (out, lse). The per-call path when the layout is
     known, else (and to refuse) the full path, which then remembers the layout."""
     # Every argument the full path's checks read, except tensor addresses and index values.
     options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
-               return_lse, max_q_len)
+               return_lse, max_q_len, batch_invariant)
     try:
         view = _workspace_view(workspace)
         key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
@@ -458,7 +463,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
         causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=True)
+        launch=True, batch_invariant=batch_invariant)
     if key is not None and layout is None:
         _remember(key, _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q,
                                      out, max_q_len))
@@ -491,9 +496,11 @@ def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, 
 
 
 def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
-                window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len):
+                window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
+                batch_invariant=False):
     """Runs ragged attention; returns (out, lse). Paths as :func:`paged_call`."""
-    options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len)
+    options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len,
+               batch_invariant)
     try:
         view = _workspace_view(workspace)
         key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options)
@@ -513,7 +520,8 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
             return out, lse
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True,
+        batch_invariant=batch_invariant)
     if key is not None and layout is None:
         _remember(key, _Layout(params, _splitkv.LaunchRaggedFrom, q,
                                (q, k, v, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,

@@ -71,6 +71,7 @@ void BindLayout(py::module_& m) {
       .def_readonly("num_splits", &SplitPlan::num_splits)
       .def_readonly("num_tiles", &SplitPlan::num_tiles)
       .def_readonly("max_q_tiles", &SplitPlan::max_q_tiles)
+      .def_readonly("invariant_split_keys", &SplitPlan::invariant_split_keys)
       .def_readonly("layout", &SplitPlan::layout);
 
   m.def("ComputeWorkspaceLayout", &ComputeWorkspaceLayout, py::arg("shape"), py::arg("num_splits"));
@@ -84,7 +85,8 @@ void BindOptions(py::module_& m) {
       .def_readwrite("window_left", &AttentionOptions::window_left)
       .def_readwrite("logits_soft_cap", &AttentionOptions::logits_soft_cap)
       .def_readwrite("sm_scale", &AttentionOptions::sm_scale)
-      .def_readwrite("num_splits", &AttentionOptions::num_splits);
+      .def_readwrite("num_splits", &AttentionOptions::num_splits)
+      .def_readwrite("batch_invariant", &AttentionOptions::batch_invariant);
 
   py::class_<WorkspaceBuffer> workspace(m, "WorkspaceBuffer");
   workspace.def(py::init<>()).def_readwrite("bytes", &WorkspaceBuffer::bytes);

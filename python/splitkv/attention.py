@@ -32,15 +32,22 @@ class Plan:
     num_tiles : int
         Work tiles (request x kv head x query tile); with num_splits > 1 each owns the
         counter at index tile (bytes 4 * tile .. 4 * tile + 4).
+    invariant_split_keys : int
+        With ``batch_invariant``: keys per split (split s covers KV positions
+        ``[s * invariant_split_keys, (s + 1) * invariant_split_keys)``); ``num_splits`` is
+        then the launch's split tasks per tile (1: each tile runs its splits in one task,
+        same bits). 0 otherwise.
     """
 
     num_splits: int
     layout: WorkspaceLayout
     num_tiles: int = 0
+    invariant_split_keys: int = 0
 
     @classmethod
     def _from_ext(cls, plan):
-        return cls(plan.num_splits, WorkspaceLayout._from_ext(plan.layout), plan.num_tiles)
+        return cls(plan.num_splits, WorkspaceLayout._from_ext(plan.layout), plan.num_tiles,
+                   plan.invariant_split_keys)
 
 
 # ---- paged ----
@@ -49,7 +56,7 @@ class Plan:
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                    max_q_len=None):
+                    max_q_len=None, batch_invariant=False):
     """Attention of new query tokens over a paged KV cache (decode, speculative decode,
     chunked prefill), split-KV merged inside one launch.
 
@@ -111,6 +118,17 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         Keyword-only upper bound on q_len over requests. Default None: 1, or computed on
         the host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid
         the sync, e.g. under CUDA graph capture).
+    batch_invariant : bool, default False
+        Keyword-only. True: each request's ``out`` and ``lse`` are bitwise the same whatever
+        batch it runs in (other requests, their count and order), whatever the workspace
+        size and CPU thread count, however its prefill is chunked, and whether a token is
+        computed in a prefill or a decode (same backend, build and CPU instruction set).
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
+        from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
+        On CUDA every call runs the mma.sync kernel's prefill tiles (not the sm_90 decode
+        or wgmma prefill kernels) and the workspace must hold every split's partials,
+        ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
+        splits in one task when they do not fit.
 
     Returns
     -------
@@ -157,17 +175,18 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
             q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
-            out=out, max_q_len=max_q_len)
+            out=out, max_q_len=max_q_len, batch_invariant=batch_invariant)
     out, lse = _calls.paged_call(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
-        sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len)
+        sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
+        batch_invariant)
     return (out, lse) if return_lse else out
 
 
 def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                          kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                          logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                         max_q_len=None):
+                         max_q_len=None, batch_invariant=False):
     """The plan :func:`paged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`paged_attention`'s arguments. Checks the tensors, shapes and
@@ -192,7 +211,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
     params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=False)
+        launch=False, batch_invariant=batch_invariant)
     return Plan._from_ext(_calls.run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
 
 
@@ -201,7 +220,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                     return_lse=False, out=None, max_q_len=None):
+                     return_lse=False, out=None, max_q_len=None, batch_invariant=False):
     """Attention over ragged (packed, variable-length) q, k, v: prefill of a batch of
     requests, split-KV merged inside one launch.
 
@@ -247,6 +266,17 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         Keyword-only upper bound on q_len over requests. Default None: computed on the
         host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid the
         sync, e.g. under CUDA graph capture).
+    batch_invariant : bool, default False
+        Keyword-only. True: each request's ``out`` and ``lse`` are bitwise the same whatever
+        batch it runs in (other requests, their count and order), whatever the workspace
+        size and CPU thread count, however its prefill is chunked, and whether a token is
+        computed in a prefill or a decode (same backend, build and CPU instruction set).
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
+        from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
+        On CUDA every call runs the mma.sync kernel's prefill tiles (not the sm_90 decode
+        or wgmma prefill kernels) and the workspace must hold every split's partials,
+        ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
+        splits in one task when they do not fit.
 
     Returns
     -------
@@ -286,16 +316,16 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         return ops.ragged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
-            return_lse=return_lse, out=out, max_q_len=max_q_len)
+            return_lse=return_lse, out=out, max_q_len=max_q_len, batch_invariant=batch_invariant)
     out, lse = _calls.ragged_call(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant)
     return (out, lse) if return_lse else out
 
 
 def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                           sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                          return_lse=False, out=None, max_q_len=None):
+                          return_lse=False, out=None, max_q_len=None, batch_invariant=False):
     """The plan :func:`ragged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`ragged_attention`'s arguments. Checks the tensors, shapes and
@@ -320,5 +350,6 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
     """
     params, _, _ = _calls.ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False,
+        batch_invariant=batch_invariant)
     return Plan._from_ext(_calls.run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))

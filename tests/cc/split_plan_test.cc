@@ -353,6 +353,48 @@ TEST(SplitKeyRangeLeavesTrailingSplitsEmpty) {
   }
 }
 
+TEST(InvariantSplitsSitAtAbsolutePositions) {
+  // Keys [700, 2600) (a window) at 1024 keys a split, blocks of 64: split 0 starts on the
+  // block holding key 700, splits 1 and 2 on their own boundaries, split 3 is empty.
+  const int64_t expected[4][2] = {{640, 1024}, {1024, 2048}, {2048, 2600}, {3072, 3072}};
+  for (int64_t i = 0; i < 4; ++i) {
+    const splitkv::KeyRange k = splitkv::InvariantSplitKeyRange(700, 2600, i, 1024, 64);
+    EXPECT_EQ(expected[i][0], k.begin);
+    EXPECT_EQ(expected[i][1], k.end);
+  }
+  // Keys [1500, 1600): split 0 holds none of them.
+  const splitkv::KeyRange none = splitkv::InvariantSplitKeyRange(1500, 1600, 0, 1024, 64);
+  EXPECT_EQ(none.begin, none.end);
+  EXPECT_EQ(int64_t{0}, splitkv::InvariantNumSplits(0, 1024));
+  EXPECT_EQ(int64_t{1}, splitkv::InvariantNumSplits(1024, 1024));
+  EXPECT_EQ(int64_t{2}, splitkv::InvariantNumSplits(1025, 1024));
+}
+
+TEST(InvariantPlanSplitsOrRunsSplitsInTask) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.batch_invariant = true;
+  r.invariant_split_keys = 1024;
+  r.max_kv_len = 32768;
+  r.workspace_bytes = RequiredWorkspaceBytes(r.layout_shape, 32);
+  // The split count is the key count's, not the heuristic's (which would pick another).
+  SplitPlan plan = PlanSplits(r);
+  EXPECT_EQ(int64_t{32}, plan.num_splits);
+  EXPECT_EQ(int64_t{1024}, plan.invariant_split_keys);
+  // Too small a workspace: one task per tile where the backend runs splits in task ...
+  r.workspace_bytes = RequiredWorkspaceBytes(r.layout_shape, 31);
+  r.in_task_splits = true;
+  EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
+  // ... else refused, never fewer splits (other bits).
+  r.in_task_splits = false;
+  bool threw = false;
+  try {
+    PlanSplits(r);
+  } catch (const WorkspaceError& e) {
+    threw = std::string(e.what()).find("for batch_invariant (32 splits of 1024 keys)") != std::string::npos;
+  }
+  EXPECT_TRUE(threw);
+}
+
 }  // namespace
 
 int main() { return splitkv_test::RunAllTests(); }

@@ -25,6 +25,7 @@ except ImportError:  # run as a script from a source checkout
     import conftest  # noqa: F401
 
 import errors_test
+import splitkv
 import harness
 import splitkv
 from errors_test import _aligned_buffer, _edited, _other_device, _paged_call, _ragged_call
@@ -52,6 +53,17 @@ class Row:
     call: object       # call(problem, workspace, device), expected to raise
     where: str = "any"
     op: str = None     # the table's op when not the kind's (merge_states, distributed)
+
+
+def _invariant_small_workspace(p, ws, d):
+    """A batch_invariant prefill of 1 query over 2000 keys (2 splits) with only the counter
+    region for a workspace."""
+    q = p.q[:1, :2, :64].contiguous()
+    k = torch.randn(2000, 2, 64, dtype=q.dtype, device=d)
+    cu_q = torch.tensor([0, 1], dtype=torch.int32, device=d)
+    cu_kv = torch.tensor([0, 2000], dtype=torch.int32, device=d)
+    small = splitkv.Workspace(splitkv.COUNTER_REGION_BYTES, d)
+    return splitkv.ragged_attention(q, k, k, cu_q, cu_kv, small, batch_invariant=True)
 
 
 def _in_workspace(device, tensor, offset):
@@ -199,6 +211,14 @@ ROWS = [
         _P + "num_splits out of range: expected None (the planner chooses) or an int >= 1, "
         "got 2147483648",
         lambda p, ws, d: _paged_call(p, ws, num_splits=2**31)),
+    Row("batch_invariant_forced_splits", "paged", "num_splits forced with batch_invariant",
+        ValueError,
+        _P + "num_splits conflicts with batch_invariant: expected None (0 in C++: the "
+        "invariant split rule chooses), got 2",
+        lambda p, ws, d: _paged_call(p, ws, num_splits=2, batch_invariant=True)),
+    Row("batch_invariant_type", "paged", "batch_invariant not a bool", TypeError,
+        _P + "batch_invariant has the wrong type: expected a bool, got 'yes'",
+        lambda p, ws, d: _paged_call(p, ws, batch_invariant="yes")),
     # ---- paged: workspace ----
     Row("workspace_not_contiguous", "paged", "workspace not contiguous", ValueError,
         _P + "workspace is not contiguous: expected a contiguous tensor, got strides (2,); "
@@ -273,6 +293,12 @@ ROWS = [
             cu_seqlens_kv=torch.cat([torch.zeros(2**21 + 1, dtype=torch.int32),
                                      torch.ones(1, dtype=torch.int32)]).to(d)),
         "cpu"),
+    Row("batch_invariant_workspace_cuda", "ragged",
+        "batch_invariant with a workspace too small for the request's splits (CUDA; the CPU "
+        "runs them in one task instead)", ValueError,
+        _R + "workspace too small: need 8389888 bytes for batch_invariant (2 splits of 1024 "
+        "keys), got 8388608; pass a larger workspace",
+        _invariant_small_workspace, "cuda"),
     Row("ragged_head_dim_unsupported_cuda", "ragged", "head_dim other than 64, 128, 256 on CUDA",
         ValueError, _R + "head_dim not supported on cuda: expected 64, 128 or 256, got 32",
         lambda p, ws, d: _ragged_call(p, ws, q=p.q[..., :32].contiguous(),

@@ -102,7 +102,8 @@ def any_rank(flag, group):
 def outcome(result):
     """What the summary and the exit code need of one rank's ReplayResult, picklable."""
     stats = result.check_stats
-    return dict(ok=result.ok, failures=list(stats.failures), counter_failure=result.counter_failure,
+    failures = list(stats.failures) + (list(result.invariance.failures) if result.invariance else [])
+    return dict(ok=result.ok, failures=failures, counter_failure=result.counter_failure,
                 error=result.error, counter_steps_checked=result.counter_steps_checked,
                 max_out_error=stats.max_out_error, max_lse_error=stats.max_lse_error,
                 requests_checked=stats.requests, backend=dist.get_backend() if dist.is_initialized() else None)

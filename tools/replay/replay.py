@@ -64,6 +64,11 @@ flags.DEFINE_integer("context_parallel", 1,
                      "Ranks sharing each request's KV pages (context parallelism); > 1 needs "
                      "`torchrun --nproc_per_node=N` with the same N (gloo on the CPU, NCCL on GPUs, "
                      "one GPU per rank). Every rank runs the checks; rank 0 prints the summary.")
+flags.DEFINE_bool("batch_invariant", False,
+                  "Run every call with batch_invariant=True and, at the calls the float64 checks sample, "
+                  "re-run requests alone (every request of a prefill; the first, middle and last of a "
+                  "decode) and compare out and lse bitwise. On CUDA the workspace grows to what the "
+                  "invariant splits need.")
 flags.DEFINE_bool("progress", True, "Show a progress bar.")
 flags.DEFINE_enum("inject_fault", "none", list(FAULTS),
                   "Testing the checks only: 'output' perturbs the first checked output, 'counter' "
@@ -140,6 +145,14 @@ def main(argv):
                       ("workspace_mb", 1), ("page_size", 0), ("prefill_num_splits", 0),
                       ("decode_num_splits", 0), ("torch_threads", 0), ("context_parallel", 1)):
         _positive(name, getattr(FLAGS, name), low)
+    if FLAGS.batch_invariant and (FLAGS.prefill_num_splits or FLAGS.decode_num_splits):
+        raise _refuse("replay: --batch_invariant conflicts with a forced num_splits: expected "
+                      "--prefill_num_splits=0 and --decode_num_splits=0, got "
+                      f"{FLAGS.prefill_num_splits} and {FLAGS.decode_num_splits}")
+    if FLAGS.batch_invariant and FLAGS.context_parallel > 1:
+        raise _refuse("replay: --batch_invariant conflicts with --context_parallel: expected one of "
+                      f"them, got --context_parallel={FLAGS.context_parallel} (the sharded calls do not "
+                      "take batch_invariant yet)")
     if not FLAGS.step_ms > 0:
         raise _refuse(f"replay: --step_ms invalid: expected > 0, got {FLAGS.step_ms}")
     if FLAGS.torch_threads:
@@ -162,8 +175,8 @@ def main(argv):
         max_generated_tokens=FLAGS.max_generated_tokens, check_every=FLAGS.check_every,
         seed=FLAGS.seed, workspace_bytes=FLAGS.workspace_mb << 20,
         prefill_num_splits=FLAGS.prefill_num_splits, decode_num_splits=FLAGS.decode_num_splits,
-        inject_fault=FLAGS.inject_fault, progress=FLAGS.progress and rank == 0,
-        context_parallel=FLAGS.context_parallel, rank=rank)
+        batch_invariant=FLAGS.batch_invariant, inject_fault=FLAGS.inject_fault,
+        progress=FLAGS.progress and rank == 0, context_parallel=FLAGS.context_parallel, rank=rank)
     try:
         result = run_replay(config)
     except ValueError as e:  # options the scheduler or splitkv refuse before the first step

@@ -53,6 +53,16 @@ def test_short_replay_passes(overrides):
         assert result.max_num_splits["decode"] == 3 and result.split_calls["prefill"] == result.prefill_calls
 
 
+def test_batch_invariant_replay_reruns_alone_bitwise():
+    """--batch_invariant: every checked call re-runs its requests alone, and none differs;
+    the 1100-token prompt crosses the 1024-key invariant split."""
+    result = run_replay(_config(batch_invariant=True))
+    inv = result.invariance
+    assert result.ok, (result.error, result.counter_failure, result.check_stats.failures, inv.failures)
+    assert inv.compared["prefill"] == len(_SPECS) and inv.compared["decode"] >= result.decode_calls
+    assert inv.differed == 0
+
+
 def test_output_fault_is_caught():
     result = run_replay(_config(inject_fault="output"))
     assert not result.ok and result.counter_failure is None

@@ -11,6 +11,8 @@ import tqdm
 import splitkv
 from tools.replay import checks
 from tools.replay.context_parallel import ShardedCalls, any_rank
+from tools.replay import invariance
+from tools.replay.invariance import InvarianceStats
 from tools.replay.page_allocator import PageAllocator
 from tools.replay.paged_cache import PagedKvCache
 from tools.replay.scheduler import Scheduler
@@ -37,6 +39,9 @@ class ReplayConfig:
     workspace_bytes: int = 128 << 20
     prefill_num_splits: int = 0
     decode_num_splits: int = 0
+    # Every call with batch_invariant=True, and sampled requests re-run alone (invariance.py)
+    # at the calls the float64 checks sample.
+    batch_invariant: bool = False
     inject_fault: str = "none"  # testing the checks themselves
     progress: bool = True
     # --context_parallel: this rank of a default process group of `context_parallel` ranks
@@ -65,6 +70,7 @@ class ReplayResult:
     counter_steps_checked: int = 0
     counter_failure: str = None
     check_stats: checks.CheckStats = None
+    invariance: InvarianceStats = None  # with --batch_invariant
     error: str = None  # an exception from a call, which stops the replay
     # Calls whose plan split the KV (num_splits > 1, so they used counters), and the most splits.
     split_calls: dict = dataclasses.field(default_factory=lambda: {"prefill": 0, "decode": 0})
@@ -72,7 +78,8 @@ class ReplayResult:
 
     @property
     def ok(self) -> bool:
-        return self.error is None and self.counter_failure is None and not self.check_stats.failures
+        return (self.error is None and self.counter_failure is None and not self.check_stats.failures
+                and (self.invariance is None or not self.invariance.failures))
 
 
 def workspace_buffer(workspace) -> torch.Tensor:
@@ -96,6 +103,8 @@ class _StepRunner:
 
     def _attend(self, kind, op, plan_op, *args, **kwargs):
         """Runs op timed, after asking plan_op (same arguments) how many splits it will use."""
+        if self.config.batch_invariant:
+            kwargs["batch_invariant"] = True
         num_splits = plan_op(*args, **kwargs).num_splits
         if num_splits > 1:
             self.result.split_calls[kind] += 1
@@ -138,6 +147,9 @@ class _StepRunner:
             out, lse = self._attend("prefill", op, plan_op, *args, self.workspace, **options)
         if self._should_check(self.result.prefill_calls):
             checks.check_prefill(step, seqs, q, self._faulty(out), lse, self.cache, self.sm_scale, self.stats)
+            if self.config.batch_invariant:
+                invariance.check_prefill(step, seqs, q, k, v, out, lse, self.workspace, self.sm_scale,
+                                         self.result.invariance)
         self.result.prefill_calls += 1
         self.result.prefill_tokens += total
 
@@ -163,6 +175,10 @@ class _StepRunner:
         if self._should_check(self.result.decode_calls):
             checks.check_decode(step, seqs, kv_lens, q, self._faulty(out), lse, self.cache, self.sm_scale,
                                 self.stats)
+            if self.config.batch_invariant:
+                invariance.check_decode(step, seqs, q, self.cache.kv_cache, block_tables, seq_lens, out, lse,
+                                        self.workspace, self.config.kv_layout, self.sm_scale,
+                                        self.result.invariance)
         self.result.decode_calls += 1
         self.result.decode_tokens += len(seqs)
 
@@ -185,8 +201,13 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
         shards = ShardedCalls(config.rank, config.context_parallel, cache_args)
     tokens = TokenSource(config.seed, config.device, config.dtype, shape.num_qo_heads,
                          shape.num_kv_heads, shape.head_dim)
-    # One workspace for the whole replay, zeroed once here and never again.
-    workspace = splitkv.Workspace(config.workspace_bytes, config.device)
+    # One workspace for the whole replay, zeroed once here and never again. Batch-invariant
+    # calls on CUDA need room for every split's partials (the CPU runs splits in one task).
+    workspace_bytes = config.workspace_bytes
+    if config.batch_invariant and config.device.type == "cuda":
+        workspace_bytes = max(workspace_bytes, invariance.workspace_bytes_needed(
+            config.requests, shape, config.max_prefill_tokens, config.max_batch_size, scheduler.max_pages_per_seq))
+    workspace = splitkv.Workspace(workspace_bytes, config.device)
     buffer = workspace_buffer(workspace)
     monitor = checks.CounterRegionMonitor(buffer, splitkv.COUNTER_REGION_BYTES)
     timer = AttentionTimer(config.device)
@@ -194,6 +215,9 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     result = ReplayResult(check_stats=stats, workspace_bytes=buffer.numel(),
                           counter_region_bytes=splitkv.COUNTER_REGION_BYTES)
     runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result, shards)
+                          counter_region_bytes=splitkv.COUNTER_REGION_BYTES,
+                          invariance=InvarianceStats() if config.batch_invariant else None)
+    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result)
 
     bar = tqdm.tqdm(total=len(config.requests), unit="req", desc="replay", disable=not config.progress,
                     dynamic_ncols=True)

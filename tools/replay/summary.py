@@ -17,6 +17,14 @@ def _splits(result, kind, calls):
     return f"{split} of {calls}{most}"
 
 
+def _invariance(config, inv):
+    if config.check_every == 0:
+        return "every call batch_invariant; re-runs off (--check_every=0)"
+    compared = inv.compared["prefill"] + inv.compared["decode"]
+    return (f"{compared} compared ({inv.compared['prefill']} prefill, {inv.compared['decode']} decode "
+            f"requests re-run alone), {inv.differed} differed")
+
+
 def summary_rows(config, result, trace_description, model_name):
     shape = config.shape
     stats = result.check_stats
@@ -62,6 +70,7 @@ def summary_rows(config, result, trace_description, model_name):
         ("max abs error", f"out {stats.max_out_error:.3g} (tolerance {atol:g} + {rtol:g}*|ref|), "
                           f"lse {stats.max_lse_error:.3g} (tolerance {checks.LSE_ATOL:g}); "
                           f"{len(stats.failures)} failed"),
+        *([] if result.invariance is None else [("batch invariance", _invariance(config, result.invariance))]),
         ("counter region", counter_state),
         ("wall time", _seconds(result.wall_s)),
         ("result", "PASS" if result.ok else "FAIL" + (f" ({result.error})" if result.error else "")),

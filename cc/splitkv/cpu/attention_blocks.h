@@ -429,8 +429,11 @@ void RunKeysDirect(const Kv& kv, int64_t key_begin, int64_t key_end, const RowSt
   }
 }
 
+// `bf16_dot_allowed`: false in batch-invariant mode, where whether the BF16 dot product
+// applies (it depends on every row's q) must not change a row's scores.
 template <typename T, typename Kv>
-void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const RowState& st, Scratch& s) {
+void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const RowState& st, Scratch& s,
+                     bool bf16_dot_allowed) {
   const int64_t d = st.d;
   const int64_t chunks = (st.rows + kL - 1) / kL;
   const int64_t rp = chunks * kL;
@@ -499,7 +502,7 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
     bool bf16_dot = false;  // this block's scores from the BF16 dot product
 #ifdef __AVX512BF16__
     if constexpr (kBf16Dot) {
-      if (q_min_exponent >= 1) {
+      if (bf16_dot_allowed && q_min_exponent >= 1) {
         // Copied as they are into one block (rows of the source share L1 sets, see RowsAsFloat).
         for (int64_t j = 0; j < nb; ++j) {
           uint32_t* dst = &s.keys2[j * pairs];
@@ -603,14 +606,17 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
 }
 
 // Runs the block kernels on keys [key_begin, key_end) if they apply (d % kL == 0).
+// `invariant` (batch_invariant): every tile takes the row-lane kernels without the BF16 dot
+// product, whose arithmetic per row lane does not depend on the other rows (the direct
+// kernels reduce across head_dim lanes instead: other bits for the same row).
 template <typename T, typename Kv>
-bool RunKeys(const Kv& kv, int64_t key_begin, int64_t key_end, const RowState& st) {
+bool RunKeys(const Kv& kv, int64_t key_begin, int64_t key_end, const RowState& st, bool invariant) {
   if (st.d % kL != 0) return false;
   thread_local Scratch s;
-  if (st.rows <= kDirectMaxRows) {
+  if (st.rows <= kDirectMaxRows && !invariant) {
     RunKeysDirect<T>(kv, key_begin, key_end, st, s);
   } else {
-    RunKeysRowLanes<T>(kv, key_begin, key_end, st, s);
+    RunKeysRowLanes<T>(kv, key_begin, key_end, st, s, !invariant);
   }
   return true;
 }

@@ -59,6 +59,9 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim) {
   traits.num_workers = 4 * ThreadPool::Global().num_threads();
   traits.min_keys_per_split = 256;
   traits.max_splits = 64;
+  // Batch-invariant splits: 16 key blocks of 64 (32 splits at 32k keys).
+  traits.invariant_split_keys = 1024;
+  traits.invariant_in_task_splits = true;
   return traits;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cc/splitkv/cpu/attention_kernels.h"
 #include "cc/splitkv/cpu/attention_tile.h"
+#include "cc/splitkv/cpu/invariant_tile.h"
 #include "cc/splitkv/cpu/thread_pool.h"
 
 namespace splitkv::cpu {
@@ -33,6 +34,16 @@ struct RaggedKv {
   const T* Key(int64_t j) const { return k + j * k_stride_token; }
   const T* Value(int64_t j) const { return v + j * v_stride_token; }
 };
+
+// One task's share of a tile: the default split rule, or the batch-invariant one.
+template <typename T, typename Kv>
+void RunTask(const TileInputs<T>& in, const TileRows& rows, const Kv& kv, int64_t split) {
+  if (in.plan->invariant_split_keys > 0) {
+    RunTileInvariant(in, rows, kv, split);
+  } else {
+    RunTileSplit(in, rows, kv, split);
+  }
+}
 
 struct RequestTile {
   int64_t request, q_tile;
@@ -86,7 +97,7 @@ void Paged(const PagedAttentionParams& p, const SplitPlan& plan) {
                         static_cast<const T*>(p.v_cache) + kv_head * p.v_stride_head,
                         p.block_tables + b * p.block_tables_stride,
                         p.page_size, p.k_stride_page, p.k_stride_slot, p.v_stride_page, p.v_stride_slot};
-    RunTileSplit(in, MakeRows(q_begin, q_len, p.seq_lens[b], rt.q_tile, q_tile_tokens, kv_head, b,
+    RunTask(in, MakeRows(q_begin, q_len, p.seq_lens[b], rt.q_tile, q_tile_tokens, kv_head, b,
                               p.num_kv_heads, plan.max_q_tiles),
                  kv, split);
   });
@@ -104,7 +115,7 @@ void Ragged(const RaggedAttentionParams& p, const SplitPlan& plan) {
     const RaggedKv<T> kv{static_cast<const T*>(p.k) + kv_begin * p.k_stride_token + kv_head * p.k_stride_head,
                          static_cast<const T*>(p.v) + kv_begin * p.v_stride_token + kv_head * p.v_stride_head,
                          p.k_stride_token, p.v_stride_token};
-    RunTileSplit(in, MakeRows(q_begin, p.cu_seqlens_q[b + 1] - q_begin, p.cu_seqlens_kv[b + 1] - kv_begin,
+    RunTask(in, MakeRows(q_begin, p.cu_seqlens_q[b + 1] - q_begin, p.cu_seqlens_kv[b + 1] - kv_begin,
                               rt.q_tile, q_tile_tokens, kv_head, b, p.num_kv_heads, plan.max_q_tiles),
                  kv, split);
   });

@@ -188,26 +188,14 @@ inline void AccumulateOwnKeys(TileScratch& s, int64_t r, int64_t d) {
   }
 }
 
-// Runs split `split_idx` of a tile. `kv` gives Key(j) / Value(j) pointers for the tile's
-// kv head. Writes the output (1 split) or a partial, then runs the counter protocol.
-template <typename T, typename Kv>
-void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, int64_t split_idx) {
-  thread_local TileScratch s;
+// Loads a tile's queries as float32 into s.q and each token's visible keys into `visible`;
+// returns the union of the tokens' visible keys ({kv_len, kv_len} when none sees a key).
+template <typename T>
+KeyRange LoadTileRows(const TileInputs<T>& in, const TileRows& tile, TileScratch& s, std::vector<KeyRange>& visible) {
   const int64_t d = in.head_dim;
   const int64_t group = in.group_size;
-  const int64_t rows = tile.num_tokens * group;
-  s.q.resize(rows * d);
-  s.acc.assign(rows * d, 0.0f);
-  s.row_max.assign(rows, -std::numeric_limits<float>::infinity());
-  s.row_sum.assign(rows, 0.0f);
-  s.keys.resize(kKeyBlock * d);
-  s.values.resize(kKeyBlock * d);
-  s.scores.resize(rows * kKeyBlock);
-  s.key_lo.resize(rows);
-  s.key_hi.resize(rows);
-
-  // Queries as float32, and the visible keys of each token.
-  std::vector<KeyRange> visible(tile.num_tokens);
+  s.q.resize(tile.num_tokens * group * d);
+  visible.resize(tile.num_tokens);
   int64_t tile_lo = tile.kv_len, tile_hi = 0;
   for (int64_t t = 0; t < tile.num_tokens; ++t) {
     visible[t] = VisibleKeys(in.options, tile.q_len, tile.kv_len, tile.first_index + t);
@@ -222,13 +210,33 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       for (int64_t e = 0; e < d; ++e) qf[e] = ToFloat(q[e]);
     }
   }
-  const int64_t num_splits = in.plan->num_splits;
-  const KeyRange keys = SplitKeyRange(tile_lo, std::max(tile_lo, tile_hi), num_splits, split_idx, kKeyBlock);
+  return {tile_lo, std::max(tile_lo, tile_hi)};
+}
+
+// The online softmax of the tile's rows (s.q, `visible`) over keys [keys.begin, keys.end),
+// from a fresh state: s.acc (unnormalised output), s.row_max and s.row_sum per row.
+// `invariant` (batch_invariant): every row takes the same arithmetic whatever the tile's
+// row count and values (the row-lane block kernels, or the transposed-key generic path, and
+// no BF16 dot product), and keys.begin must be a multiple of kKeyBlock.
+template <typename T, typename Kv>
+void RunTileKeys(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, TileScratch& s,
+                 const std::vector<KeyRange>& visible, KeyRange keys, bool invariant) {
+  const int64_t d = in.head_dim;
+  const int64_t group = in.group_size;
+  const int64_t rows = tile.num_tokens * group;
+  s.acc.assign(rows * d, 0.0f);
+  s.row_max.assign(rows, -std::numeric_limits<float>::infinity());
+  s.row_sum.assign(rows, 0.0f);
+  s.keys.resize(kKeyBlock * d);
+  s.values.resize(kKeyBlock * d);
+  s.scores.resize(rows * kKeyBlock);
+  s.key_lo.resize(rows);
+  s.key_hi.resize(rows);
   const float cap = in.options.logits_soft_cap;
   const float sm_scale = in.options.sm_scale;
   // Few rows (decode): score straight from key rows; many (prefill): from transposed keys,
   // which lets a 4-row x 16-key block of scores stay in registers.
-  const bool direct = rows <= 2 * kRowBlock && d % 8 == 0;
+  const bool direct = !invariant && rows <= 2 * kRowBlock && d % 8 == 0;
 
   // The AVX-512 and AVX2 builds run vector block kernels where they apply
   // (attention_blocks.h); the loop below is the baseline build's path, and the others' for
@@ -243,7 +251,8 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   }
   done = blocks::RunKeys<T>(kv, keys.begin, keys.end,
                             blocks::RowState{s.q.data(), s.row_lo.data(), s.row_hi.data(), rows, d, sm_scale, cap,
-                                             s.acc.data(), s.row_max.data(), s.row_sum.data()});
+                                             s.acc.data(), s.row_max.data(), s.row_sum.data()},
+                            invariant);
 #endif
   for (int64_t kb = done ? keys.end : keys.begin; kb < keys.end; kb += kKeyBlock) {
     const int64_t nb = std::min(kKeyBlock, keys.end - kb);
@@ -341,6 +350,21 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
     }
     for (; r0 < rows; ++r0) AccumulateOwnKeys(s, r0, d);
   }
+
+}
+
+// Runs split `split_idx` of a tile. `kv` gives Key(j) / Value(j) pointers for the tile's
+// kv head. Writes the output (1 split) or a partial, then runs the counter protocol.
+template <typename T, typename Kv>
+void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, int64_t split_idx) {
+  thread_local TileScratch s;
+  thread_local std::vector<KeyRange> visible;
+  const int64_t d = in.head_dim;
+  const int64_t group = in.group_size;
+  const KeyRange tile_keys = LoadTileRows(in, tile, s, visible);
+  const int64_t num_splits = in.plan->num_splits;
+  const KeyRange keys = SplitKeyRange(tile_keys.begin, tile_keys.end, num_splits, split_idx, kKeyBlock);
+  RunTileKeys(in, tile, kv, s, visible, keys, /*invariant=*/false);
 
   const LayoutShape shape{in.total_q, in.num_qo_heads, d};
   auto write_output = [&](int64_t t, int64_t g, const float* o, float scale, float lse) {

@@ -161,7 +161,9 @@ __device__ __forceinline__ bool TileQueriesOf(const AttentionKernelParams& p, Ti
 
 // This split's keys: the union of the tile's rows' visible ranges, cut into the share of
 // split blockIdx.y in whole granules of `granule` keys (SplitKeyRange), walked in blocks of
-// block_keys.
+// block_keys. Batch-invariant mode: split blockIdx.y's absolute keys, its blocks starting on
+// multiples of block_keys (InvariantSplitKeyRange), so a row's blocks and splits are the same
+// in any tile, batch or launch.
 struct SplitKeys {
   int begin, end, num_blocks;
 };
@@ -175,7 +177,10 @@ __device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p,
     if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
   }
   const KeyRange range =
-      SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, static_cast<int>(blockIdx.y), granule);
+      p.invariant_split_keys > 0
+          ? InvariantSplitKeyRange(tile_lo, max(tile_lo, tile_hi), static_cast<int>(blockIdx.y), p.invariant_split_keys,
+                                   block_keys)
+          : SplitKeyRange(tile_lo, max(tile_lo, tile_hi), p.num_splits, static_cast<int>(blockIdx.y), granule);
   SplitKeys keys;
   keys.begin = static_cast<int>(range.begin);
   keys.end = static_cast<int>(range.end);

@@ -112,6 +112,7 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.q_tile_tokens = static_cast<int32_t>(q_tile_tokens);
   k.max_q_tiles = static_cast<int32_t>(plan.max_q_tiles);
   k.num_splits = static_cast<int32_t>(plan.num_splits);
+  k.invariant_split_keys = static_cast<int32_t>(plan.invariant_split_keys);
   k.layout_shape = LayoutShape{p.total_q, p.num_qo_heads, p.head_dim};
   k.causal = p.options.causal;
   k.window_left = p.options.window_left;
@@ -148,8 +149,8 @@ void CheckPlanMatches(const char* op, const SplitPlan& plan, int64_t max_q_len, 
 
 bool Available() { return true; }
 
-BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream) {
-  const TileChoice tile = ChooseTile(group_size, max_q_len);
+BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant) {
+  const TileChoice tile = batch_invariant ? InvariantTile(group_size) : ChooseTile(group_size, max_q_len);
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
   const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
@@ -162,12 +163,16 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;
   traits.split_block_keys = tile.kind == TileKind::kDecode ? DecodeBlockKeys(static_cast<int>(head_dim))
                                                            : PrefillBlockKeys(static_cast<int>(head_dim));
+  // Batch-invariant mode: no in-task splits on CUDA. A tile whose rows see one split writes
+  // directly, which split_merge.cuh's merge of one non-empty split matches bit for bit.
+  if (batch_invariant) traits.invariant_split_keys = kInvariantSplitKeys;
   return traits;
 }
 
 void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  const TileChoice tile = ChooseTile(group, p.max_q_len);
+  const bool invariant = plan.invariant_split_keys > 0;
+  const TileChoice tile = invariant ? InvariantTile(group) : ChooseTile(group, p.max_q_len);
   CheckPlanMatches(kPagedOp, plan, p.max_q_len, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kPagedOp, "total_q", p.total_q);
   CheckFitsInt32(kPagedOp, "max_pages_per_seq * page_size", p.max_pages_per_seq * p.page_size);
@@ -216,7 +221,8 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   // Ragged calls run prefill tiles, cut with the same q_tile_tokens Traits() reported.
-  const TileChoice tile = ChooseTile(group, max_q);
+  const bool invariant = plan.invariant_split_keys > 0;
+  const TileChoice tile = invariant ? InvariantTile(group) : ChooseTile(group, max_q);
   CheckPlanMatches(kRaggedOp, plan, max_q, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kRaggedOp, "total_q", p.total_q);
   CheckFitsInt32(kRaggedOp, "total_kv", p.total_kv);
@@ -236,7 +242,8 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
              AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
   auto stream = static_cast<cudaStream_t>(p.stream);
   // Hopper: the wgmma + TMA kernel (prefill_sm90.h) when it serves the call, else mma.sync.
-  if (LaunchRaggedPrefillSm90(p, plan, k, stream, kRaggedOp)) return;
+  // Batch-invariant mode runs mma.sync only (InvariantTile): wgmma sums in another order.
+  if (!invariant && LaunchRaggedPrefillSm90(p, plan, k, stream, kRaggedOp)) return;
   switch (p.head_dim) {
     case 64: return LaunchRagged<64>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
     case 128: return LaunchRagged<128>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);

@@ -28,6 +28,9 @@ struct AttentionKernelParams {
   int32_t q_tile_tokens = 1;
   int32_t max_q_tiles = 1;
   int32_t num_splits = 1;
+  // Batch-invariant mode: keys per split at absolute positions (split_plan.h
+  // InvariantSplitKeyRange); 0: the default split rule.
+  int32_t invariant_split_keys = 0;
   LayoutShape layout_shape;  // total_q, num_qo_heads, head_dim, for PartialIndex
 
   bool causal = true;

@@ -32,6 +32,15 @@ constexpr TileChoice ChooseTile(int64_t group_size, int64_t max_q_len) {
   return {TileKind::kPrefill, group_size >= kPrefillRows ? 1 : kPrefillRows / group_size};
 }
 
+// Batch-invariant mode: every call, paged or ragged, decode or prefill, runs prefill tiles
+// of the mma.sync kernel (one reduction order per row: its rows' results do not depend on
+// the tile's other rows, while the decode tiles' warp slices and the sm_90 kernels reduce
+// differently), split at absolute multiples of kInvariantSplitKeys keys.
+constexpr TileChoice InvariantTile(int64_t group_size) {
+  return {TileKind::kPrefill, group_size >= kPrefillRows ? 1 : kPrefillRows / group_size};
+}
+inline constexpr int64_t kInvariantSplitKeys = 1024;
+
 // Keys per block of the main loop (the split granularity too).
 constexpr int DecodeBlockKeys(int head_dim) { return 64; }
 constexpr int PrefillBlockKeys(int head_dim) { return head_dim >= 256 ? 32 : 64; }

@@ -1,0 +1,84 @@
+"""The cost of batch_invariant: the same calls timed in the default mode and with
+batch_invariant=True, side by side (GPU time per call from CUDA-graph replays, as bench.py;
+wall time on the CPU).
+
+    PYTHONPATH=.device python3 tools/bench/invariant_cost.py --device=cuda
+    PYTHONPATH=bazel-bin/python python3 tools/bench/invariant_cost.py --device=cpu
+
+Shapes: bf16, 32 qo / 8 kv heads, head_dim 128, page 16 (the bench's main shape); paged
+decode B x L (every request L keys) and causal ragged prefill B x L. Prints one row per case:
+microseconds per call in each mode and the invariant mode's slowdown in percent.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import splitkv  # noqa: E402
+from tools.bench.timing import time_calls  # noqa: E402
+
+_DECODE = [(1, 32768), (8, 4096), (16, 8192), (64, 4096)]
+_PREFILL = [(1, 4096), (4, 4096)]
+_CPU_DECODE = [(1, 8192), (8, 2048)]
+_CPU_PREFILL = [(1, 2048)]
+
+
+def _decode_calls(batch, kv_len, device, workspace, heads=(32, 8), head_dim=128, page=16):
+    g = torch.Generator(device="cpu").manual_seed(batch * kv_len)
+    pages = batch * (kv_len // page)
+    cache = torch.randn(pages, 2, heads[1], page, head_dim, generator=g).to(torch.bfloat16).to(device)
+    tables = torch.randperm(pages, generator=g).to(torch.int32).view(batch, kv_len // page).to(device)
+    seq_lens = torch.full((batch,), kv_len, dtype=torch.int32, device=device)
+    q = torch.randn(batch, heads[0], head_dim, generator=g).to(torch.bfloat16).to(device)
+    out = torch.empty_like(q)
+
+    def call(invariant):
+        return lambda: splitkv.paged_attention(q, cache, tables, seq_lens, workspace, out=out, max_q_len=1,
+                                               batch_invariant=invariant)
+    return call
+
+
+def _prefill_calls(batch, length, device, workspace, heads=(32, 8), head_dim=128):
+    g = torch.Generator(device="cpu").manual_seed(batch + length)
+    total = batch * length
+    q = torch.randn(total, heads[0], head_dim, generator=g).to(torch.bfloat16).to(device)
+    k = torch.randn(total, heads[1], head_dim, generator=g).to(torch.bfloat16).to(device)
+    v = torch.randn(total, heads[1], head_dim, generator=g).to(torch.bfloat16).to(device)
+    cu = torch.arange(0, total + 1, length, dtype=torch.int32, device=device)
+    out = torch.empty_like(q)
+
+    def call(invariant):
+        return lambda: splitkv.ragged_attention(q, k, v, cu, cu, workspace, out=out, max_q_len=length,
+                                                batch_invariant=invariant)
+    return call
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--workspace_mb", type=int, default=8192)
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    workspace = splitkv.Workspace(args.workspace_mb << 20, device)
+    cases = ([("decode", b, n, _decode_calls) for b, n in (_DECODE if device.type == "cuda" else _CPU_DECODE)] +
+             [("prefill", b, n, _prefill_calls) for b, n in (_PREFILL if device.type == "cuda" else _CPU_PREFILL)])
+    print(f"{'case':<22}{'default us':>12}{'invariant us':>14}{'cost':>9}")
+    for kind, batch, length, make in cases:
+        call = make(batch, length, device, workspace)
+        times = {}
+        for invariant in (False, True):
+            fn = call(invariant)
+            fn()  # plans, raises the kernels' shared-memory limits: before any capture
+            times[invariant], _ = time_calls([fn], device, warmup=3, iters=args.iters)
+        cost = 100.0 * (times[True] / times[False] - 1.0)
+        print(f"{kind + f' {batch} x {length}':<22}{times[False] * 1e6:>12.1f}{times[True] * 1e6:>14.1f}{cost:>+8.1f}%",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The replay's batch-invariance check (--batch_invariant): sampled requests of a call are run
+again alone, through the same operation on the same cache and workspace, and their out and
+lse must be bitwise those they got inside the batch."""
+
+import dataclasses
+
+import torch
+
+import splitkv
+
+
+@dataclasses.dataclass
+class InvarianceStats:
+    compared: dict = dataclasses.field(default_factory=lambda: {"prefill": 0, "decode": 0})
+    differed: int = 0
+    failures: list = dataclasses.field(default_factory=list)
+
+
+def _same(a, b):
+    return a.shape == b.shape and torch.equal(a.view(torch.int16 if a.element_size() == 2 else torch.int32),
+                                              b.view(torch.int16 if b.element_size() == 2 else torch.int32))
+
+
+def _record(stats, kind, step, seq, got, alone):
+    stats.compared[kind] += 1
+    if _same(got[0], alone[0]) and _same(got[1], alone[1]):
+        return
+    stats.differed += 1
+    stats.failures.append(f"batch invariance: {kind} step {step} request {seq.request.index}: out or lse "
+                          f"differs from the request run alone (max abs out difference "
+                          f"{float((got[0].float() - alone[0].float()).abs().max()):.3g})")
+
+
+def decode_sample(n):
+    """Which requests of a decode batch of n are re-run: the first, the middle and the last."""
+    return sorted({0, n // 2, n - 1}) if n > 0 else []
+
+
+def check_prefill(step, seqs, q, k, v, out, lse, workspace, sm_scale, stats):
+    """Re-runs each request of a ragged prefill alone."""
+    offset = 0
+    for seq in seqs:
+        n = seq.request.context_tokens
+        rows = slice(offset, offset + n)
+        cu = torch.tensor([0, n], dtype=torch.int32, device=q.device)
+        alone = splitkv.ragged_attention(q[rows], k[rows], v[rows], cu, cu, workspace, causal=True,
+                                         sm_scale=sm_scale, max_q_len=n, return_lse=True, batch_invariant=True)
+        _record(stats, "prefill", step, seq, (out[rows], lse[rows]), alone)
+        offset += n
+
+
+def check_decode(step, seqs, q, kv_cache, block_tables, seq_lens, out, lse, workspace, kv_layout, sm_scale,
+                 stats):
+    """Re-runs sampled requests of a paged decode alone (their block-table row, their length)."""
+    for i in decode_sample(len(seqs)):
+        alone = splitkv.paged_attention(q[i:i + 1], kv_cache, block_tables[i:i + 1], seq_lens[i:i + 1],
+                                        workspace, kv_layout=kv_layout, causal=True, sm_scale=sm_scale,
+                                        max_q_len=1, return_lse=True, batch_invariant=True)
+        _record(stats, "decode", step, seqs[i], (out[i:i + 1], lse[i:i + 1]), alone)
+
+
+def workspace_bytes_needed(requests, shape, max_prefill_tokens, max_batch_size, max_pages_per_seq):
+    """Bytes an invariant replay needs on CUDA, where every split's partials must fit the
+    workspace: the largest prefill step (max_prefill_tokens, or one longer prompt) at
+    ceil(its keys / 1024) splits, or the largest decode batch at the cache's capacity."""
+    split_keys = 1024
+    prefill = max([max_prefill_tokens] + [r.context_tokens for r in requests])
+    capacity = max_pages_per_seq * shape.page_size
+    return max(
+        splitkv.required_workspace_bytes(prefill, shape.num_qo_heads, shape.head_dim, -(-prefill // split_keys)),
+        splitkv.required_workspace_bytes(max_batch_size, shape.num_qo_heads, shape.head_dim,
+                                         max(1, -(-capacity // split_keys))))
