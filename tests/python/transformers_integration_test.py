@@ -11,6 +11,7 @@ a Llama-3-8B attention shape in bfloat16.
 import subprocess
 import sys
 import threading
+import types
 
 import pytest
 import torch
@@ -183,9 +184,12 @@ def test_requests_join_and_leave_mid_run(monkeypatch):
 def test_forward_outside_continuous_batching_is_refused():
     model = models.build(models.llama_gqa_config())
     model.set_attn_implementation(SPLITKV)
-    with pytest.raises(ValueError, match=r"cache missing: expected a call from transformers' "
-                                         r"continuous batching"):
+    with pytest.raises(ValueError) as caught:
         model(torch.tensor([[1, 2, 3]]))
+    assert str(caught.value) == _PREFIX + (
+        "cache missing: expected a call from transformers' continuous batching (generate_batch "
+        "or init_continuous_batching), which passes its PagedAttentionCache, got no cache; use "
+        "attn_implementation='sdpa' for a plain forward")
 
 
 def test_sinks_are_refused_until_splitkv_takes_them():
@@ -193,15 +197,58 @@ def test_sinks_are_refused_until_splitkv_takes_them():
     attention = model.model.layers[0].self_attn
     q = torch.randn(1, 4, 3, 64)
     k = torch.randn(1, 2, 3, 64)
-    with pytest.raises(NotImplementedError, match="attention sinks .* not supported yet"):
+    with pytest.raises(NotImplementedError) as caught:
         splitkv_hf.paged_attention_forward(attention, q, k, k, None, cache=object())
+    assert str(caught.value) == _PREFIX + ("attention sinks (s_aux) are not supported yet: "
+                                           "expected a model without sinks, got GptOssAttention")
 
 
 def test_register_refuses_a_workspace_below_the_counter_region():
-    with pytest.raises(ValueError, match=r"workspace_bytes too small: expected >= 8388608 .*, got 1024"):
+    register = "splitkv.integrations.transformers.register: "
+    with pytest.raises(ValueError) as caught:
         splitkv_hf.register(workspace_bytes=1024)
-    with pytest.raises(TypeError, match=r"workspace_bytes has the wrong type: expected an int"):
+    assert str(caught.value) == register + ("workspace_bytes too small: expected >= 8388608 "
+                                            "(the counter region), got 1024")
+    with pytest.raises(TypeError) as caught:
         splitkv_hf.register(workspace_bytes=2.0)
+    assert str(caught.value) == register + ("workspace_bytes has the wrong type: expected an "
+                                            "int, got 2.0")
+
+
+def _fake_cache():
+    """Just what paged_attention_forward reads before its first check on the batch."""
+    return types.SimpleNamespace(layer_index_to_group_indices={0: (0, 0)})
+
+
+def _layer_inputs(num_tokens=3):
+    module = types.SimpleNamespace(layer_idx=0)
+    q = torch.randn(1, 8, num_tokens, 64)
+    k = torch.randn(1, 2, num_tokens, 64)
+    kwargs = dict(cache=_fake_cache(), cu_seq_lens_q=torch.tensor([0, num_tokens], dtype=torch.int32),
+                  cu_seq_lens_k=torch.tensor([0, num_tokens], dtype=torch.int32), max_seqlen_q=num_tokens,
+                  max_seqlen_k=num_tokens, read_index=[torch.empty(0, dtype=torch.int64)],
+                  write_index=[torch.arange(num_tokens)], block_table=None)
+    return module, q, k, kwargs
+
+
+_PREFIX = "splitkv.integrations.transformers: "
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(dropout=0.1), "dropout unsupported: expected 0.0 (inference), got 0.1"),
+    (dict(block_table=torch.zeros(1, 1, 4, dtype=torch.int32)),
+     "block_table unsupported: expected None (transformers' decode fast path is for flash "
+     "attention; set max_blocks_per_request=0), got a block table"),
+    (dict(write_index=[torch.arange(4)]),
+     "write_index size mismatch: expected 3 (one slot per new token; padded batches for CUDA "
+     "graphs are not supported), got 4"),
+], ids=["dropout", "block_table", "padded_batch"])
+def test_layer_call_refusals(edit, message):
+    module, q, k, kwargs = _layer_inputs()
+    kwargs.update(edit)
+    with pytest.raises(ValueError) as caught:
+        splitkv_hf.paged_attention_forward(module, q, k, k, None, **kwargs)
+    assert str(caught.value) == _PREFIX + message
 
 
 def test_import_splitkv_does_not_import_transformers():

@@ -23,9 +23,10 @@ continuous-batching loop (``generate_batch``, ``ContinuousBatchingManager``) the
   window transformers gathers from its rolling buffer (at most ``sliding_window - 1``
   cached keys per request plus the new ones), because that buffer is not in logical order.
 
-One :class:`splitkv.Workspace` per device serves every layer (:func:`workspace_for`). No
-call reads a device tensor on the host: lengths come from transformers' host-side
-``max_seqlen_q``/``max_seqlen_k``.
+One :class:`splitkv.Workspace` per device serves every layer (:func:`workspace_for`). The
+adapter reads no device tensor on the host (lengths come from transformers' host-side
+``max_seqlen_q``/``max_seqlen_k``), so a full-attention layer never waits for the GPU; a
+sliding-window layer's gather is transformers' own ``cache.update``.
 
 Not supported (each refused with an error naming it): attention sinks (gpt-oss; see
 ``_sinks``), transformers' decode fast path (``block_table``: transformers enables it for
