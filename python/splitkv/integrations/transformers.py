@@ -130,9 +130,10 @@ def _refuse(what, expected, got):
 def _sinks(module, kwargs):
     # SINKS: gpt-oss passes its per-head sink logits as s_aux (module.sinks,
     # [num_qo_heads]). When splitkv's paged_attention / ragged_attention take
-    # `sinks=` ([num_qo_heads] float32, DESIGN.md), return them here as
-    # `sinks.float()` and pass `sinks=` in _paged and _ragged below; the test model
-    # for it is tests/python/transformers_models.py's gpt_oss_like_config.
+    # `sinks=` ([num_qo_heads] float32, DESIGN.md), return `sinks.float()` here and add
+    # it to `options` in paged_attention_forward (all three splitkv calls take those);
+    # the test model is tests/python/transformers_models.py's gpt_oss_like_config
+    # (sinks on every layer, sliding and full layers alternating).
     sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
     if sinks is not None:
         raise NotImplementedError(f"{_OP}: attention sinks (s_aux) are not supported yet: "
@@ -231,7 +232,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     if kwargs.get("block_table") is not None:
         _refuse("block_table unsupported", "None (transformers' decode fast path is for flash "
                 "attention; set max_blocks_per_request=0)", "a block table")
-    sinks = _sinks(module, kwargs)  # noqa: F841  (SINKS: pass on once splitkv takes them)
+    sinks = _sinks(module, kwargs)  # None until splitkv takes sinks (see _sinks)
     layer_type, window_left = _layer_window(module, kwargs)
     cu_seqlens_q = kwargs["cu_seq_lens_q"]
     cu_seqlens_kv, max_seqlen_kv = kwargs["cu_seq_lens_k"], kwargs["max_seqlen_k"]
@@ -252,6 +253,8 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     workspace = workspace_for(q.device)
     options = dict(sm_scale=scaling, causal=True, window_left=window_left,
                    logits_soft_cap=float(soft_cap), max_q_len=max_q_len)
+    if sinks is not None:  # SINKS: reached once _sinks returns them instead of refusing
+        options["sinks"] = sinks
 
     if read_index.numel() == 0:
         # Fresh prompts only: their keys are exactly the new ones.
