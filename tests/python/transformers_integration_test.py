@@ -8,18 +8,23 @@ mix chunked prefills, decodes and requests that join and leave mid-run. The gpu 
 a Llama-3-8B attention shape in bfloat16.
 """
 
+import os
 import subprocess
 import sys
 import threading
 import types
 
-import pytest
-import torch
-from transformers import ContinuousBatchingConfig, GenerationConfig
+# Nothing may be fetched at run time: with the hub offline, an accidental download fails
+# at once instead of reaching the network (huggingface_hub reads this on import).
+os.environ["HF_HUB_OFFLINE"] = "1"
 
-import splitkv
-import splitkv.integrations.transformers as splitkv_hf
-import transformers_models as models
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import ContinuousBatchingConfig, GenerationConfig  # noqa: E402
+
+import splitkv  # noqa: E402
+import splitkv.integrations.transformers as splitkv_hf  # noqa: E402
+import transformers_models as models  # noqa: E402
 
 SPLITKV = splitkv_hf.register()
 # float32 on the CPU: splitkv and sdpa differ by summation order only.
@@ -249,6 +254,11 @@ def test_layer_call_refusals(edit, message):
     with pytest.raises(ValueError) as caught:
         splitkv_hf.paged_attention_forward(module, q, k, k, None, **kwargs)
     assert str(caught.value) == _PREFIX + message
+
+
+def test_hub_is_offline():
+    import huggingface_hub.constants
+    assert huggingface_hub.constants.HF_HUB_OFFLINE
 
 
 def test_import_splitkv_does_not_import_transformers():

@@ -23,6 +23,8 @@ import time
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _REPO_ROOT = os.path.dirname(os.path.dirname(_HERE))
+# The models are built in code: nothing is fetched (an accidental download fails at once).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if __package__ in (None, ""):
     # Run as a script (the GPU machine): the model builders live with the tests.
     sys.path.append(os.path.join(_REPO_ROOT, "tests", "python"))
