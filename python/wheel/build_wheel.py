@@ -40,6 +40,8 @@ def _parse_args(argv):
     parser.add_argument("--summary", required=True)
     parser.add_argument("--requires_python", required=True)
     parser.add_argument("--requires_dist", action="append", default=[])
+    parser.add_argument("--provides_extra", action="append", default=[],
+                        help="an optional feature's name, used by `extra == \"<name>\"` markers")
     parser.add_argument("--classifier", action="append", default=[])
     parser.add_argument("--description_file", required=True, help="Markdown long description")
     parser.add_argument("--version_file", required=True,
@@ -70,6 +72,7 @@ def _metadata(args, version):
         f"Requires-Python: {args.requires_python}",
     ]
     lines += [f"Classifier: {c}" for c in args.classifier]
+    lines += [f"Provides-Extra: {e}" for e in args.provides_extra]
     lines += [f"Requires-Dist: {r}" for r in args.requires_dist]
     lines += ["Description-Content-Type: text/markdown", "", description]
     return "\n".join(lines)

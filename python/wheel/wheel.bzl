@@ -51,6 +51,7 @@ def _splitkv_wheel_impl(ctx):
     args.add("--summary", ctx.attr.summary)
     args.add("--requires_python", "==%s.*" % PYTHON_VERSION)
     args.add_all(ctx.attr.requires_dist, before_each = "--requires_dist")
+    args.add_all(ctx.attr.provides_extra, before_each = "--provides_extra")
     args.add_all(ctx.attr.classifiers, before_each = "--classifier")
     args.add("--description_file", ctx.file.description)
     args.add("--version_file", ctx.attr.version_file)
@@ -82,7 +83,8 @@ splitkv_wheel = rule(
         "local_version": attr.string(doc = "PEP 440 local label: the build flavour"),
         "summary": attr.string(mandatory = True),
         "description": attr.label(allow_single_file = [".md"], mandatory = True),
-        "requires_dist": attr.string_list(),
+        "requires_dist": attr.string_list(doc = "PEP 508 requirements; an optional one ends in `; extra == \"<name>\"`"),
+        "provides_extra": attr.string_list(doc = "the extras those markers name (pip install <distribution>[<name>])"),
         "classifiers": attr.string_list(),
         "_builder": attr.label(
             default = "//python/wheel:build_wheel.py",

@@ -69,7 +69,9 @@ def test_file_name_names_version_flavour_and_tag(wheel_path):
 def test_contents_are_the_package_and_its_metadata(wheel_path):
     package_dir = pathlib.Path(splitkv.__file__).parent
     ext = "_splitkv" + sysconfig.get_config_var("EXT_SUFFIX")
-    expected = sorted(f"splitkv/{p.name}" for p in package_dir.glob("*.py")) + [f"splitkv/{ext}"]
+    expected = sorted(f"splitkv/{p.relative_to(package_dir)}" for p in package_dir.rglob("*.py"))
+    expected += [f"splitkv/{ext}"]
+    assert "splitkv/integrations/transformers.py" in expected
     dist_info = _dist_info()
     expected += [f"{dist_info}/{name}" for name in ("METADATA", "RECORD", "WHEEL", "top_level.txt")]
     with WheelFile(wheel_path) as wheel:
@@ -104,7 +106,9 @@ def test_metadata_names_dependencies_and_python(wheel_path):
     assert metadata["Metadata-Version"] == "2.1"
     assert metadata["Name"] == "splitkv"
     assert metadata["Version"] == f"{splitkv.__version__}+{_flavour()}"
-    assert metadata.get_all("Requires-Dist") == ["torch>=2.4"]
+    assert metadata.get_all("Requires-Dist") == [
+        "torch>=2.4", 'transformers>=5.17,<6; extra == "transformers"']
+    assert metadata.get_all("Provides-Extra") == ["transformers"]
     assert metadata["Requires-Python"] == f"=={sys.version_info.major}.{sys.version_info.minor}.*"
     assert "splitkv.paged_attention" in metadata.get_payload()
     assert wheel_file["Wheel-Version"] == "1.0"
@@ -139,3 +143,12 @@ def test_pip_installs_it_into_a_fresh_venv_where_attention_runs(wheel_path, tmp_
     print(check.stdout)
     assert check.returncode == 0, check.stdout + check.stderr
     assert "all checks passed" in check.stdout
+
+    # The optional integration ships and imports from the install (this venv sees the
+    # build's transformers through the same .pth as torch).
+    code = ("import splitkv.integrations.transformers as m, sys; "
+            "print(m.register(), m.__file__.startswith(sys.prefix))")
+    integration = subprocess.run([python, "-c", code], cwd=tmp_path, capture_output=True,
+                                 text=True, env=clean_env())
+    assert integration.returncode == 0, integration.stdout + integration.stderr
+    assert integration.stdout.split() == ["paged|splitkv", "True"]

@@ -25,10 +25,11 @@ bin="$(./tools/bazel "${startup[@]}" info "${flags[@]}" bazel-bin 2>/dev/null)"
 suffix="$("${python}" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')"
 
 rm -rf "${dest}/splitkv" "${dest}/splitkv_reference"
-mkdir -p "${dest}/splitkv" "${dest}/splitkv_reference"
+mkdir -p "${dest}/splitkv/integrations" "${dest}/splitkv_reference"
 cp python/splitkv/*.py "${dest}/splitkv/"
+cp python/splitkv/integrations/*.py "${dest}/splitkv/integrations/"
 cp "${bin}/python/splitkv/_splitkv${suffix}" "${dest}/splitkv/"
 cp python/splitkv_reference/*.py "${dest}/splitkv_reference/"
-chmod u+w "${dest}"/splitkv/* "${dest}"/splitkv_reference/*
+chmod -R u+w "${dest}"/splitkv "${dest}"/splitkv_reference
 echo "staged $(du -sh "${dest}/splitkv" | cut -f1) in ${dest}/splitkv ($(ls "${dest}/splitkv" | tr '\n' ' '))"
 echo "staged ${dest}/splitkv_reference ($(ls "${dest}/splitkv_reference" | tr '\n' ' '))"

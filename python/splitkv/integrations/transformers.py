@@ -1,0 +1,282 @@
+"""splitkv as an attention implementation of Hugging Face transformers' continuous batching.
+
+    import splitkv.integrations.transformers as splitkv_hf
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation=splitkv_hf.register())
+    outputs = model.generate_batch(prompts, generation_config)   # or init_continuous_batching()
+
+:func:`register` adds ``"paged|splitkv"`` to ``transformers.AttentionInterface``. The
+continuous-batching loop (``generate_batch``, ``ContinuousBatchingManager``) then calls
+:func:`paged_attention_forward` for every attention layer with its own
+``PagedAttentionCache`` and the batch's packed tensors (``cu_seq_lens_q/k``,
+``read_index``/``write_index``). Per layer:
+
+- the new keys and values go into transformers' cache tensors at ``write_index`` (as its
+  own paged implementations do);
+- full-attention layers whose batch reads cached keys (decode, chunked prefill, a prompt
+  joining requests that are decoding) run :func:`splitkv.paged_attention` directly on that
+  cache: its ``[num_blocks * block_size, num_kv_heads, head_dim]`` tensors are NHD pages
+  of ``block_size`` slots, and the block tables are read off ``read_index`` on the device
+  (one gather per layer group and batch, shared by the group's layers);
+- a batch of fresh prompts only (no cached keys) runs :func:`splitkv.ragged_attention`
+  on the new keys and values;
+- sliding-window layers run :func:`splitkv.ragged_attention` with ``window_left`` on the
+  window transformers gathers from its rolling buffer (at most ``sliding_window - 1``
+  cached keys per request plus the new ones), because that buffer is not in logical order.
+
+One :class:`splitkv.Workspace` per device serves every layer (:func:`workspace_for`). The
+adapter reads no device tensor on the host (lengths come from transformers' host-side
+``max_seqlen_q``/``max_seqlen_k``), so a full-attention layer never waits for the GPU; a
+sliding-window layer's gather is transformers' own ``cache.update``.
+
+Not supported (each refused with an error naming it): attention sinks (gpt-oss; see
+``_sinks``), transformers' decode fast path (``block_table``: transformers enables it for
+flash attention only), CUDA-graph padding of the batch, dropout, and a forward outside
+continuous batching (no paged cache).
+
+Importing this module needs transformers (the ``transformers`` extra); ``import splitkv``
+does not import it.
+"""
+
+import math
+import threading
+import weakref
+
+import torch
+
+try:
+    from transformers import AttentionInterface
+except ImportError as error:  # the optional dependency is missing: say how to get it
+    raise ImportError(
+        "splitkv.integrations.transformers: transformers not importable: expected "
+        "transformers>=5.17 (pip install 'splitkv[transformers]'), got: " + str(error)) from error
+
+import splitkv
+
+_OP = "splitkv.integrations.transformers"
+# The name transformers' continuous batching looks up: its paged implementations are
+# "paged|<name>"; a model loaded with "splitkv" is switched to it by generate_batch.
+ATTN_IMPLEMENTATION = "paged|splitkv"
+# Default bytes of each device's workspace: the 8 MiB counter region plus room for the
+# split-KV partials of a few thousand query rows; the planner lowers num_splits to fit.
+DEFAULT_WORKSPACE_BYTES = 64 << 20
+
+_workspace_bytes = DEFAULT_WORKSPACE_BYTES
+_workspaces = {}
+_workspaces_lock = threading.Lock()
+# Per layer group: the block tables of the batch whose read_index / cu_seq_lens_k tensors
+# are still alive (the same objects reach every layer of one forward; the next batch's
+# are new objects).
+_block_tables_memo = {}
+
+
+def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
+    """Registers splitkv with transformers' attention registry and returns its name.
+
+    Parameters
+    ----------
+    workspace_bytes : int, default 64 MiB
+        Size of each device's :class:`splitkv.Workspace`, made on first use (>= 8 MiB).
+        Applies to workspaces made after this call.
+
+    Returns
+    -------
+    str
+        ``"paged|splitkv"``, for ``attn_implementation=`` of ``from_pretrained`` /
+        ``from_config`` or ``model.set_attn_implementation``. ``"splitkv"`` is registered
+        too; continuous batching switches it to the paged name.
+
+    Raises
+    ------
+    TypeError
+        workspace_bytes is not an int.
+    ValueError
+        workspace_bytes is below ``splitkv.COUNTER_REGION_BYTES``.
+    """
+    global _workspace_bytes
+    if isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int):
+        raise TypeError(f"{_OP}.register: workspace_bytes has the wrong type: expected an int, "
+                        f"got {workspace_bytes!r}")
+    if workspace_bytes < splitkv.COUNTER_REGION_BYTES:
+        raise ValueError(f"{_OP}.register: workspace_bytes too small: expected >= "
+                         f"{splitkv.COUNTER_REGION_BYTES} (the counter region), got {workspace_bytes}")
+    _workspace_bytes = workspace_bytes
+    AttentionInterface.register("splitkv", paged_attention_forward)
+    AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
+    return ATTN_IMPLEMENTATION
+
+
+def workspace_for(device):
+    """The splitkv Workspace that serves ``device`` (made, zeroed, on first use).
+
+    One per device for the whole process: transformers runs one generation thread per
+    manager. Two managers generating at once on one device would share it, and splitkv
+    refuses the second concurrent call (ValueError "workspace in use").
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    with _workspaces_lock:
+        workspace = _workspaces.get(device)
+        if workspace is None:
+            workspace = splitkv.Workspace(_workspace_bytes, device)
+            _workspaces[device] = workspace
+        return workspace
+
+
+def _refuse(what, expected, got):
+    raise ValueError(f"{_OP}: {what}: expected {expected}, got {got}")
+
+
+def _sinks(module, kwargs):
+    # SINKS: gpt-oss passes its per-head sink logits as s_aux (module.sinks,
+    # [num_qo_heads]). When splitkv's paged_attention / ragged_attention take
+    # `sinks=` ([num_qo_heads] float32, DESIGN.md), return `sinks.float()` here and add
+    # it to `options` in paged_attention_forward (all three splitkv calls take those);
+    # the test model is tests/python/transformers_models.py's gpt_oss_like_config
+    # (sinks on every layer, sliding and full layers alternating).
+    sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
+    if sinks is not None:
+        raise NotImplementedError(f"{_OP}: attention sinks (s_aux) are not supported yet: "
+                                  f"expected a model without sinks, got {type(module).__name__}")
+    return None
+
+
+def _layer_window(module, kwargs):
+    """(layer type, window_left): transformers' sliding_window W lets a token see itself
+    and the W - 1 before it."""
+    window = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
+    if not window:
+        return "full_attention", -1
+    return "sliding_attention", int(window) - 1
+
+
+def _block_tables(cache, group, read_index, cu_seqlens_kv, max_seqlen_kv):
+    """Block tables [batch_size, max_pages_per_seq] int32 and seq_lens [batch_size] int32 of
+    a full-attention group, read off transformers' read_index on the device.
+
+    For such a group read_index lists, request after request (request b from
+    cu_seqlens_kv[b]), the physical slot of each of its tokens in logical order: token j
+    of a request is at page_of_j * block_size + j % block_size. So page p of request b is
+    read_index[cu_seqlens_kv[b] + p * block_size] // block_size. Entries past a request's
+    last page point at some other valid page (clamped): paged_attention never reads them.
+    """
+    memo = _block_tables_memo.get(group)
+    if memo is not None and memo[0]() is read_index and memo[1]() is cu_seqlens_kv:
+        return memo[2], memo[3]
+    block_size = cache.block_size
+    max_pages = max(1, math.ceil(max_seqlen_kv / block_size))
+    starts = cu_seqlens_kv[:-1].to(torch.int64)
+    offsets = torch.arange(0, max_pages * block_size, block_size, device=starts.device)
+    slots = (starts[:, None] + offsets[None, :]).clamp_(max=read_index.numel() - 1)
+    block_tables = torch.div(read_index[slots], block_size, rounding_mode="floor").to(torch.int32)
+    seq_lens = (cu_seqlens_kv[1:] - cu_seqlens_kv[:-1]).to(torch.int32)
+    _block_tables_memo[group] = (weakref.ref(read_index), weakref.ref(cu_seqlens_kv),
+                                 block_tables, seq_lens)
+    return block_tables, seq_lens
+
+
+def paged_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                            **kwargs):
+    """transformers' paged attention function, computed by splitkv.
+
+    Called by the attention layers of a model whose ``attn_implementation`` is
+    ``"paged|splitkv"``, inside transformers' continuous batching: the batch is one packed
+    sequence of ``total_q`` new tokens from several requests.
+
+    Parameters
+    ----------
+    module : torch.nn.Module
+        The attention layer: ``layer_idx``, optional ``sliding_window`` (int or None).
+    query : torch.Tensor
+        ``[1, num_qo_heads, total_q, head_dim]``, the model's dtype (float32 on the CPU
+        only; bfloat16/float16 on CUDA).
+    key, value : torch.Tensor
+        ``[1, num_kv_heads, total_q, head_dim]``: the new tokens' keys and values, written
+        into ``cache`` here.
+    attention_mask : None
+        Unused: splitkv masks from the sequence lengths (causal, aligned to the end of
+        each request's keys, plus the layer's window).
+    scaling : float, optional
+        ``sm_scale``; default ``1 / sqrt(head_dim)``.
+    dropout : float, default 0.0
+        Must be 0 (inference only).
+    **kwargs
+        From continuous batching: ``cache`` (``PagedAttentionCache``), ``cu_seq_lens_q``
+        ``[batch_size + 1]`` int32, ``cu_seq_lens_k`` (int32 tensor, or a dict by layer
+        type), ``max_seqlen_q`` (int), ``max_seqlen_k`` (int or dict), ``read_index`` and
+        ``write_index`` (int64, one per layer group), ``block_table`` (must be None);
+        optional ``sliding_window``, ``softcap`` (logit soft cap), ``s_aux`` (sinks).
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``[1, total_q, num_qo_heads, head_dim]``, query's dtype.
+    weights : None
+
+    Raises
+    ------
+    ValueError
+        No paged cache (a forward outside continuous batching), dropout != 0, a decode
+        fast-path block table, a padded batch (CUDA graphs), or any of splitkv's own
+        refusals (dtype, head_dim, ...).
+    NotImplementedError
+        The model has attention sinks.
+    """
+    cache = kwargs.get("cache")
+    if cache is None:
+        _refuse("cache missing", "a call from transformers' continuous batching (generate_batch "
+                "or init_continuous_batching), which passes its PagedAttentionCache",
+                "no cache; use attn_implementation='sdpa' for a plain forward")
+    if dropout:
+        _refuse("dropout unsupported", "0.0 (inference)", dropout)
+    if kwargs.get("block_table") is not None:
+        _refuse("block_table unsupported", "None (transformers' decode fast path is for flash "
+                "attention; set max_blocks_per_request=0)", "a block table")
+    sinks = _sinks(module, kwargs)  # None until splitkv takes sinks (see _sinks)
+    layer_type, window_left = _layer_window(module, kwargs)
+    cu_seqlens_q = kwargs["cu_seq_lens_q"]
+    cu_seqlens_kv, max_seqlen_kv = kwargs["cu_seq_lens_k"], kwargs["max_seqlen_k"]
+    if isinstance(cu_seqlens_kv, dict):
+        cu_seqlens_kv, max_seqlen_kv = cu_seqlens_kv[layer_type], max_seqlen_kv[layer_type]
+    max_q_len = max(1, int(kwargs["max_seqlen_q"]))
+    soft_cap = kwargs.get("softcap") or 0.0
+
+    group, layer_in_group = cache.layer_index_to_group_indices[module.layer_idx]
+    read_index, write_index = kwargs["read_index"][group], kwargs["write_index"][group]
+    # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim] views (dense head_dim).
+    q = query[0].transpose(0, 1)
+    k = key[0].transpose(0, 1)
+    v = value[0].transpose(0, 1)
+    if write_index.numel() != k.shape[0]:
+        _refuse("write_index size mismatch", f"{k.shape[0]} (one slot per new token; padded "
+                "batches for CUDA graphs are not supported)", write_index.numel())
+    workspace = workspace_for(q.device)
+    options = dict(sm_scale=scaling, causal=True, window_left=window_left,
+                   logits_soft_cap=float(soft_cap), max_q_len=max_q_len)
+    if sinks is not None:  # SINKS: reached once _sinks returns them instead of refusing
+        options["sinks"] = sinks
+
+    if read_index.numel() == 0:
+        # Fresh prompts only: their keys are exactly the new ones.
+        k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
+        k_cache.index_copy_(0, write_index, k)
+        v_cache.index_copy_(0, write_index, v)
+        out = splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, **options)
+    elif layer_type == "full_attention":
+        k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
+        k_cache.index_copy_(0, write_index, k)
+        v_cache.index_copy_(0, write_index, v)
+        block_tables, seq_lens = _block_tables(cache, group, read_index, cu_seqlens_kv,
+                                               max_seqlen_kv)
+        pages = (-1, cache.block_size, cache.num_key_value_heads, cache.head_dim)
+        out = splitkv.paged_attention(q, (k_cache.view(pages), v_cache.view(pages)), block_tables,
+                                      seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
+                                      kv_layout="NHD", **options)
+    else:
+        # The rolling buffer of a sliding layer is not in logical order: transformers
+        # gathers each request's window (and writes the new keys) in cache.update.
+        k_window, v_window = cache.update(key, value, module.layer_idx, read_index=kwargs["read_index"],
+                                          write_index=kwargs["write_index"])
+        out = splitkv.ragged_attention(q, k_window, v_window, cu_seqlens_q, cu_seqlens_kv,
+                                       workspace, **options)
+    return out.unsqueeze(0), None
