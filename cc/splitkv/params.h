@@ -48,6 +48,15 @@ struct AttentionOptions {
   // workspace and the counter region hold it; 1 needs no scratch). >= 1: forced, and the
   // call is refused (WorkspaceError) if the workspace or the counter region cannot hold it.
   int32_t num_splits = 0;
+  // Attention sinks, or null for none: sinks[h] (float32, num_qo_heads entries; host memory
+  // on the CPU backend, device memory on CUDA) is one extra logit of every row of qo head h,
+  // in natural-log units, NOT multiplied by sm_scale nor soft-capped, whose value vector is
+  // zero: p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k)), and lse becomes
+  // log(exp(sinks[h]) + sum_k exp(s_k)). A row that sees no key gets out 0 and lse sinks[h].
+  // The sink enters each row once, when its result is written (with num_splits > 1: in the
+  // merge, never in a partial). -inf means no sink for that head; NaN or +inf give NaN rows
+  // (values are not checked).
+  const float* sinks = nullptr;
 };
 
 // The caller's workspace (workspace_layout.h): bytes [0, kCounterRegionBytes) must be zero
@@ -66,7 +75,7 @@ struct WorkspaceBuffer {
 // block_tables[b][t / page_size] at slot t % page_size; its q_len queries are its last
 // q_len tokens (query i at position seq_lens[b] - q_len + i). A row that sees no key
 // (seq_lens[b] 0, q_len > seq_lens[b] under causal, a window excluding all) gets out 0 and
-// lse -inf. KV slots past seq_lens[b] and pages not listed are never read into a result.
+// lse -inf (options.sinks: lse sinks[h]). KV slots past seq_lens[b] and pages not listed are never read into a result.
 struct PagedAttentionParams {
   // q [total_q, num_qo_heads, head_dim] of `dtype`; request b owns rows
   // cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (row b when cu_seqlens_q is null).
@@ -100,7 +109,8 @@ struct PagedAttentionParams {
   int64_t out_stride_token = 0;
   int64_t out_stride_head = 0;
   // lse [total_q, num_qo_heads] float32 contiguous, or null: natural-log log-sum-exp of
-  // the scaled (and capped) logits over the visible keys; -inf for a row that sees none.
+  // the scaled (and capped) logits over the visible keys, plus the sink when options.sinks
+  // is set; -inf (or sinks[h]) for a row that sees none.
   float* lse = nullptr;
 
   int64_t batch_size = 0;         // requests, >= 0
@@ -132,7 +142,7 @@ struct PagedAttentionParams {
 // Request b owns q rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 and k/v rows
 // cu_seqlens_kv[b] .. cu_seqlens_kv[b+1] - 1; its queries are the last q_len of its kv_len
 // tokens (query i at position kv_len - q_len + i). Empty requests are allowed; a row that
-// sees no key gets out 0 and lse -inf. Field meanings, units and memory as in
+// sees no key gets out 0 and lse -inf (or sinks[h]). Field meanings, units and memory as in
 // PagedAttentionParams.
 struct RaggedAttentionParams {
   // q [total_q, num_qo_heads, head_dim]; k, v [total_kv, num_kv_heads, head_dim]; `dtype`;

@@ -98,6 +98,22 @@ def device(op, name, x, ref_device):
              f"move {name} to {ref_device}")
 
 
+def sinks(op, x, q):
+    """The address of ``sinks`` (0 for None): float32 ``[num_qo_heads]``, contiguous, on q's
+    device. Refused, not converted: a float16 or int sink would change the softmax."""
+    if x is None:
+        return 0
+    tensor(op, "sinks", x)
+    if x.dtype != torch.float32:
+        fail(op, "sinks", "dtype unsupported", "torch.float32", x.dtype, "pass sinks.float()",
+             error=TypeError)
+    device(op, "sinks", x, q.device)
+    rank(op, "sinks", x, 1, "[num_qo_heads]")
+    dim(op, "sinks", x, 0, q.shape[1], "num_qo_heads, q.shape[1]")
+    contiguous(op, "sinks", x)
+    return x.data_ptr()
+
+
 def backend(op, dev):
     if dev.type not in BACKENDS:
         fail(op, "q device", "unsupported", "a cpu or cuda tensor", dev)

@@ -73,13 +73,14 @@ void BindLayout(py::module_& m) {
 }
 
 void BindOptions(py::module_& m) {
-  py::class_<AttentionOptions>(m, "AttentionOptions")
-      .def(py::init<>())
+  py::class_<AttentionOptions> options(m, "AttentionOptions");
+  options.def(py::init<>())
       .def_readwrite("causal", &AttentionOptions::causal)
       .def_readwrite("window_left", &AttentionOptions::window_left)
       .def_readwrite("logits_soft_cap", &AttentionOptions::logits_soft_cap)
       .def_readwrite("sm_scale", &AttentionOptions::sm_scale)
       .def_readwrite("num_splits", &AttentionOptions::num_splits);
+  PointerField(options, "sinks", &AttentionOptions::sinks);
 
   py::class_<WorkspaceBuffer> workspace(m, "WorkspaceBuffer");
   workspace.def(py::init<>()).def_readwrite("bytes", &WorkspaceBuffer::bytes);

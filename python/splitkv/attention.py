@@ -186,7 +186,7 @@ def _paged_kv(op, kv_cache, kv_layout, q):
 
 def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                   sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch):
+                  max_q_len, launch, sinks=None):
     dtype, backend = _query(op, q)
     k, v = _paged_kv(op, kv_cache, kv_layout, q)
     _index(op, "block_tables", block_tables, q, 2)
@@ -202,12 +202,15 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v)], "tensor",
+    _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v),
+                                      ("sinks", sinks)], "tensor",
                      "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
-        ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse)])
+        ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse),
+        ("sinks", sinks)])
 
     params = _splitkv.PagedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -237,7 +240,7 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                    max_q_len=None):
+                    max_q_len=None, sinks=None):
     """Attention of new query tokens over a paged KV cache (decode, speculative decode,
     chunked prefill), split-KV merged inside one launch.
 
@@ -299,6 +302,14 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         Keyword-only upper bound on q_len over requests. Default None: 1, or computed on
         the host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid
         the sync, e.g. under CUDA graph capture).
+    sinks : torch.Tensor, optional
+        Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
+        device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
+        units, not multiplied by ``sm_scale`` nor soft-capped) whose value is zero:
+        ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
+        ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
+        ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
+        sink for that head. Default None: no sinks.
 
     Returns
     -------
@@ -308,17 +319,19 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, contiguous, the
         natural-log ``log(sum_j exp(logit_j))`` over the visible keys (scaled and capped
-        logits); ``-inf`` for a row that sees no key.
+        logits, plus the sink when given); ``-inf`` (``sinks[h]``) for a row that sees no
+        key.
 
     Raises
     ------
     TypeError
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; an index tensor is not int32 (int64 is refused, not converted); the
-        workspace is not uint8.
+        workspace is not uint8; ``sinks`` is not float32.
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
-        batch_size), a non-dense last dimension, or an unknown kv_layout; and from the
+        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous), a non-dense last
+        dimension, or an unknown kv_layout; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
         of range, cu_seqlens_q not a prefix sum from 0, a workspace too small (for the
         counter region or a forced num_splits), misaligned, its counter region corrupted,
@@ -346,11 +359,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
             q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
-            out=out, max_q_len=max_q_len)
+            out=out, max_q_len=max_q_len, sinks=sinks)
     params, out, lse = _paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=True)
+        launch=True, sinks=sinks)
     _run(_PAGED, _splitkv.LaunchPagedAttention, params, q, workspace)
     return (out, lse) if return_lse else out
 
@@ -358,7 +371,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
 def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                          kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                          logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                         max_q_len=None):
+                         max_q_len=None, sinks=None):
     """The plan :func:`paged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`paged_attention`'s arguments. Checks the tensors, shapes and
@@ -383,7 +396,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
     params, _, _ = _paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=False)
+        launch=False, sinks=sinks)
     return Plan._from_ext(_run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
 
 
@@ -391,7 +404,8 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
 
 
 def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
-                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch):
+                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch,
+                   sinks=None):
     dtype, backend = _query(op, q)
     kv_shape = "[total_kv, num_kv_heads, head_dim]"
     _operand(op, "k", k, q, 3, kv_shape)
@@ -411,12 +425,13 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
     else:
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits)
+    options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v)], "tensor",
+    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v), ("sinks", sinks)], "tensor",
                      "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse)])
+        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse), ("sinks", sinks)])
 
     params = _splitkv.RaggedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -436,7 +451,7 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                     return_lse=False, out=None, max_q_len=None):
+                     return_lse=False, out=None, max_q_len=None, sinks=None):
     """Attention over ragged (packed, variable-length) q, k, v: prefill of a batch of
     requests, split-KV merged inside one launch.
 
@@ -482,6 +497,14 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         Keyword-only upper bound on q_len over requests. Default None: computed on the
         host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid the
         sync, e.g. under CUDA graph capture).
+    sinks : torch.Tensor, optional
+        Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
+        device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
+        units, not multiplied by ``sm_scale`` nor soft-capped) whose value is zero:
+        ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
+        ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
+        ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
+        sink for that head. Default None: no sinks.
 
     Returns
     -------
@@ -489,17 +512,19 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``[total_q, num_qo_heads, head_dim]``, q's dtype; 0 for a row that sees no key.
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, natural-log
-        log-sum-exp of the visible (scaled, capped) logits; ``-inf`` for a row with none.
+        log-sum-exp of the visible (scaled, capped) logits and the sink when given;
+        ``-inf`` (``sinks[h]``) for a row with none.
 
     Raises
     ------
     TypeError
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; cu_seqlens are not int32 (int64 is refused, not converted); the workspace
-        is not uint8.
+        is not uint8; ``sinks`` is not float32.
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
-        batch_size), a non-dense last dimension; and from the C++ core: num_qo_heads not
+        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous), a non-dense last
+        dimension; and from the C++ core: num_qo_heads not
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at
         total_q / total_kv, a workspace too small (for the counter region or a forced
         num_splits), misaligned, its counter region corrupted, or in use by another
@@ -522,17 +547,17 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         return ops.ragged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
-            return_lse=return_lse, out=out, max_q_len=max_q_len)
+            return_lse=return_lse, out=out, max_q_len=max_q_len, sinks=sinks)
     params, out, lse = _ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True, sinks=sinks)
     _run(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, workspace)
     return (out, lse) if return_lse else out
 
 
 def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                           sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                          return_lse=False, out=None, max_q_len=None):
+                          return_lse=False, out=None, max_q_len=None, sinks=None):
     """The plan :func:`ragged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`ragged_attention`'s arguments. Checks the tensors, shapes and
@@ -557,5 +582,5 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
     """
     params, _, _ = _ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False, sinks=sinks)
     return Plan._from_ext(_run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))

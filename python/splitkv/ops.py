@@ -7,10 +7,10 @@ that the compiler treats as opaque calls with a known effect:
 
 ``torch.ops.splitkv.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, workspace,
 out, lse, cu_seqlens_q, kv_layout, sm_scale, causal, window_left, logits_soft_cap,
-num_splits, max_q_len) -> ()``
+num_splits, max_q_len, sinks) -> ()``
 
 ``torch.ops.splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, out,
-lse, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len) -> ()``
+lse, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, sinks) -> ()``
 
 Each op writes ``out`` (and ``lse`` when given) and declares ``workspace`` mutated too: the
 split counters in its first bytes are read, modified and written back to zero, and the
@@ -71,12 +71,12 @@ def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Te
               out: torch.Tensor, lse: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
               kv_layout: str, sm_scale: Optional[float], causal: bool, window_left: int,
               logits_soft_cap: float, num_splits: Optional[int],
-              max_q_len: Optional[int]) -> None:
+              max_q_len: Optional[int], sinks: Optional[torch.Tensor] = None) -> None:
     kv_cache = k_cache if v_cache is None else (k_cache, v_cache)
     params, _, _ = attention._paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, False, out, max_q_len,
-        launch=True)
+        launch=True, sinks=sinks)
     _launch(_PAGED, _splitkv.LaunchPagedAttention, params, q, lse, workspace)
 
 
@@ -90,10 +90,10 @@ def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                cu_seqlens_kv: torch.Tensor, workspace: torch.Tensor, out: torch.Tensor,
                lse: Optional[torch.Tensor], causal: bool, sm_scale: Optional[float],
                window_left: int, logits_soft_cap: float, num_splits: Optional[int],
-               max_q_len: Optional[int]) -> None:
+               max_q_len: Optional[int], sinks: Optional[torch.Tensor] = None) -> None:
     params, _, _ = attention._ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, False, out, max_q_len, launch=True)
+        logits_soft_cap, num_splits, False, out, max_q_len, launch=True, sinks=sinks)
     _launch(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, lse, workspace)
 
 
@@ -142,7 +142,7 @@ def _buffers(op, q, out, return_lse):
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                    max_q_len=None):
+                    max_q_len=None, sinks=None):
     """:func:`splitkv.paged_attention` through the custom op ``splitkv::paged_attention``.
 
     Same parameters, results and errors as :func:`splitkv.paged_attention`; usable inside
@@ -168,6 +168,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     _checks.tensor(op, "block_tables", block_tables)
     _checks.tensor(op, "seq_lens", seq_lens)
     _optional_tensor(op, "cu_seqlens_q", cu_seqlens_q)
+    _optional_tensor(op, "sinks", sinks)
     if kv_layout not in attention._KV_LAYOUTS:
         _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
     buffer = _checks.workspace_tensor(op, workspace)
@@ -176,13 +177,13 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     out, lse = _buffers(op, q, out, return_lse)
     torch.ops.splitkv.paged_attention(
         q, k_cache, v_cache, block_tables, seq_lens, buffer, out, lse, cu_seqlens_q, kv_layout,
-        sm_scale, causal, window_left, logits_soft_cap, num_splits, max_q_len)
+        sm_scale, causal, window_left, logits_soft_cap, num_splits, max_q_len, sinks)
     return (out, lse) if return_lse else out
 
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                     return_lse=False, out=None, max_q_len=None):
+                     return_lse=False, out=None, max_q_len=None, sinks=None):
     """:func:`splitkv.ragged_attention` through the custom op ``splitkv::ragged_attention``.
 
     Same parameters, results and errors as :func:`splitkv.ragged_attention`; usable inside
@@ -198,11 +199,12 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
                     ("cu_seqlens_kv", cu_seqlens_kv)):
         _checks.tensor(op, name, x)
+    _optional_tensor(op, "sinks", sinks)
     buffer = _checks.workspace_tensor(op, workspace)
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
         op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, 0)
     out, lse = _buffers(op, q, out, return_lse)
     torch.ops.splitkv.ragged_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_kv, buffer, out, lse, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, max_q_len)
+        logits_soft_cap, num_splits, max_q_len, sinks)
     return (out, lse) if return_lse else out

@@ -176,6 +176,33 @@ ROWS = [
         _P + "num_splits out of range: expected None (the planner chooses) or an int >= 1, "
         "got 2147483648",
         lambda p, ws, d: _paged_call(p, ws, num_splits=2**31)),
+    # ---- sinks ----
+    Row("sinks_float16", "paged", "sinks not float32", TypeError,
+        _P + "sinks dtype unsupported: expected torch.float32, got torch.float16; pass "
+        "sinks.float()",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(4, dtype=torch.float16, device=d))),
+    Row("sinks_not_a_tensor", "paged", "sinks a list", TypeError,
+        _P + "sinks has the wrong type: expected a torch.Tensor, got list",
+        lambda p, ws, d: _paged_call(p, ws, sinks=[0.0] * 4)),
+    Row("sinks_shape", "paged", "sinks of another length than num_qo_heads", ValueError,
+        _P + "sinks.shape[0] mismatch: expected 4 (num_qo_heads, q.shape[1]), got 2",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(2, device=d))),
+    Row("sinks_rank", "paged", "sinks 2-D", ValueError,
+        _P + "sinks has the wrong number of dimensions: expected a 1-D tensor [num_qo_heads], "
+        "got shape (1, 4)",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(1, 4, device=d))),
+    Row("sinks_device", "paged", "sinks on another device", ValueError,
+        _P + "sinks device mismatch: expected {device} (q's device), got {other}; move sinks "
+        "to {device}",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(4, device=_other_device(d)))),
+    Row("sinks_not_contiguous", "ragged", "sinks not contiguous", ValueError,
+        _R + "sinks is not contiguous: expected a contiguous tensor, got strides (2,); pass "
+        "sinks.contiguous()",
+        lambda p, ws, d: _ragged_call(p, ws, sinks=torch.zeros(8, device=d)[::2])),
+    Row("sinks_float64_ragged", "ragged", "sinks float64", TypeError,
+        _R + "sinks dtype unsupported: expected torch.float32, got torch.float64; pass "
+        "sinks.float()",
+        lambda p, ws, d: _ragged_call(p, ws, sinks=torch.zeros(4, dtype=torch.float64, device=d))),
     # ---- paged: workspace ----
     Row("workspace_not_contiguous", "paged", "workspace not contiguous", ValueError,
         _P + "workspace is not contiguous: expected a contiguous tensor, got strides (2,); "

@@ -89,6 +89,28 @@ inline float ExpNonPositive(float x) {
 // logit, from NaN or infinite q or k, must reach the row's result rather than vanish.
 inline float NanMax(float a, float b) { return (a < b || b != b) ? b : a; }
 
+// How a finished row is normalised (DESIGN.md Semantics): a row whose visible logits have
+// max `max` and sum of exp(logit - max) `sum` (0: no finite logit) gets
+// out = (its sum-normalised output) * keep, and this lse. Without sinks keep is 1 and lse
+// max + log(sum). A sink adds exp(sinks[head]) to the denominator once; both terms are taken
+// relative to the larger of max and the sink, so a sink far above or below the logits
+// neither overflows nor turns the row into NaN. Called where a row's result is written:
+// unsplit, or in the merge (never for a partial).
+struct RowNorm {
+  float keep;
+  float lse;
+};
+inline RowNorm NormaliseRow(float max, float sum, const float* sinks, int64_t head) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (sinks == nullptr) return sum != 0.0f ? RowNorm{1.0f, max + std::log(sum)} : RowNorm{0.0f, kNegInf};
+  const float sink = sinks[head];
+  if (sum == 0.0f) return {0.0f, sink};  // no key: out 0, lse = the sink
+  const float top = NanMax(max, sink);
+  const float keys = sum * std::exp(max - top);
+  const float total = keys + std::exp(sink - top);
+  return {keys / total, top + std::log(total)};
+}
+
 // Eight floats as one value: GCC and Clang lower it to one AVX2 register or two SSE ones,
 // so the micro-kernels below say exactly which loop runs across vector lanes.
 typedef float Vec8 __attribute__((vector_size(32)));
@@ -351,13 +373,14 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       for (int64_t g = 0; g < group; ++g) {
         const int64_t r = t * group + g;
         const float sum = s.row_sum[r];
+        const RowNorm norm = NormaliseRow(s.row_max[r], sum, in.options.sinks, tile.kv_head * group + g);
         if (sum != 0.0f) {  // 0: no finite logit; NaN: a non-finite input, passed on
-          write_output(t, g, &s.acc[r * d], 1.0f / sum, s.row_max[r] + std::log(sum));
+          write_output(t, g, &s.acc[r * d], norm.keep / sum, norm.lse);
         } else {
           // No key, or only -inf logits: acc holds 0 weights times the visible values,
           // so a non-finite value there still reaches the row (0 * inf is NaN), as in
           // the reference; otherwise 0.
-          write_output(t, g, &s.acc[r * d], 0.0f, kNegInf);
+          write_output(t, g, &s.acc[r * d], 0.0f, norm.lse);
         }
       }
     }
@@ -405,11 +428,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
         total += weight;
         for (int64_t e = 0; e < d; ++e) merged[e] += weight * partials[index * d + e];
       }
+      // The sink, if any, enters here, once per row (partials never include it).
+      const RowNorm norm = NormaliseRow(global_max, global_max == kNegInf ? 0.0f : total, in.options.sinks, head);
       if (global_max == kNegInf) {
-        write_output(t, g, merged.data(), 0.0f, kNegInf);
+        write_output(t, g, merged.data(), 0.0f, norm.lse);
         continue;
       }
-      write_output(t, g, merged.data(), 1.0f / total, global_max + std::log(total));
+      write_output(t, g, merged.data(), norm.keep / total, norm.lse);
     }
   }
   counter.store(0, std::memory_order_release);

@@ -451,7 +451,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const int token = q_begin + first + t;
     const int head = kv_head * group + (r - t * group);
     const bool seen = row_sum[i] > 0.0f;
-    const float inv = seen ? 1.0f / row_sum[i] : 0.0f;
+    const float m = row_max[i] * 0.6931471805599453f;  // log2 units to natural log
+    float inv = seen ? 1.0f / row_sum[i] : 0.0f, lse = seen ? m + logf(row_sum[i]) : SPLITKV_NEG_INF;
+    RowWithSink(p, head, m, row_sum[i], seen, inv, lse);
     T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + quad * 2;
     // Rows that see no key are written as zeros, not 0 * o (o may hold 0 * NaN).
     if (p.out_vec) {
@@ -469,8 +471,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       }
     }
     if (quad == 0 && p.lse != nullptr) {
-      p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] =
-          seen ? row_max[i] * 0.6931471805599453f + logf(row_sum[i]) : SPLITKV_NEG_INF;
+      p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] = lse;
     }
   }
 #elif defined(__CUDA_ARCH__)

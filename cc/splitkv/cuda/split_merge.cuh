@@ -103,6 +103,28 @@ __device__ __forceinline__ void StoreFloats(float* dst, const float (&v)[kElems]
   }
 }
 
+// A finished row's normaliser and lse with the attention sink of qo head `head` (DESIGN.md
+// Semantics): the row has max logit `m` and sum of exp(logit - m) `l` (seen: l > 0).
+// `inv` (1 / l, or 0 unseen) becomes the factor applied to the unnormalised output and
+// `lse` the row's lse; both stay as given when p.sinks is null. The sink adds exp(sink) to
+// the denominator once; both terms are taken relative to max(m, sink), so a sink far above
+// or below the logits neither overflows nor gives NaN. Called only where a row's final
+// result is written (unsplit, or the merge), never for a partial.
+__device__ __forceinline__ void RowWithSink(const AttentionKernelParams& p, int32_t head, float m, float l,
+                                            bool seen, float& inv, float& lse) {
+  if (p.sinks == nullptr) return;
+  const float sink = p.sinks[head];
+  if (!seen) {
+    lse = sink;  // no key: out 0, lse = the sink
+    return;
+  }
+  const float top = fmaxf(m, sink);
+  const float keys = l * exp2f((m - top) * kLog2e);
+  const float total = keys + exp2f((sink - top) * kLog2e);
+  inv = keys / total / l;  // keys == total exactly when the sink is -inf: then 1 / l, bitwise
+  lse = top + logf(total);
+}
+
 // Where row `row` of a tile (rows pack token-major, then the group's heads) writes.
 struct RowTarget {
   int32_t token;  // index into q / out / lse
@@ -130,10 +152,12 @@ __device__ __forceinline__ void WriteRowResult(const AttentionKernelParams& p, R
     for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
   }
   if (p.num_splits == 1) {
+    float scale = inv, lse = seen ? m + logf(l) : SPLITKV_NEG_INF;
+    RowWithSink(p, at.head, m, l, seen, scale, lse);
     T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
-    StoreRow<T, kElems>(dst, o, inv, p.out_vec);
+    StoreRow<T, kElems>(dst, o, scale, p.out_vec);
     if (lane == 0 && p.lse != nullptr) {
-      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = seen ? m + logf(l) : SPLITKV_NEG_INF;
+      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = lse;
     }
   } else {
     const int64_t index = PartialIndex(p.layout_shape, p.num_splits, split_idx, at.token, at.head);
@@ -166,11 +190,12 @@ __device__ __forceinline__ void StoreMergedRow(const AttentionKernelParams& p, R
                                                const float (&merged)[kElems], float global_max, float total) {
   const int lane = threadIdx.x % 32;
   const bool seen = total > 0.0f;
+  float scale = seen ? 1.0f / total : 0.0f, lse = seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+  RowWithSink(p, at.head, global_max, total, seen, scale, lse);  // the sink enters once, here
   T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
-  StoreRow<T, kElems>(dst, merged, seen ? 1.0f / total : 0.0f, p.out_vec);
+  StoreRow<T, kElems>(dst, merged, scale, p.out_vec);
   if (lane == 0 && p.lse != nullptr) {
-    p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] =
-        seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+    p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = lse;
   }
 }
 
