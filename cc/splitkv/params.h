@@ -27,6 +27,21 @@ namespace splitkv {
 // backend only (UnsupportedError on CUDA). Accumulation is float32 whatever the dtype.
 enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// How k and v are stored. By default they are `dtype`, like q. fp8_e4m3: they are float8
+// e4m3fn bytes (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
+// 0x7f/0xff are NaN) whose true value is stored x scale: k_scale for k and v_scale for v,
+// or the per-kv-head arrays when given. q and out are then float16 or bfloat16. The CPU
+// backend only for now (UnsupportedError on CUDA). Without fp8_e4m3 the scales must stay at
+// their defaults (1, null).
+struct KvStorage {
+  bool fp8_e4m3 = false;
+  float k_scale = 1.0f;  // per-tensor scales, finite; used where the arrays below are null
+  float v_scale = 1.0f;
+  // Per-kv-head scales, float32 [num_kv_heads] (host memory on the CPU backend), or null.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+};
+
 // Where the call runs. kCuda needs a build with the CUDA backend (CudaBackendAvailable()).
 enum class Backend : int32_t { kCpu = 0, kCuda = 1 };
 
@@ -130,6 +145,7 @@ struct PagedAttentionParams {
   int64_t max_kv_len = 0;
 
   DType dtype = DType::kFloat16;
+  KvStorage kv_storage;  // k_cache / v_cache as `dtype` (default) or fp8 with scales
   Backend backend = Backend::kCpu;
   // cudaStream_t for Backend::kCuda (null: the legacy default stream); unused on the CPU.
   void* stream = nullptr;
@@ -176,6 +192,7 @@ struct RaggedAttentionParams {
   int64_t max_kv_len = 0;  // upper bound on kv_len (heuristic only); 0 means total_kv
 
   DType dtype = DType::kFloat16;
+  KvStorage kv_storage;  // k / v as `dtype` (default) or fp8 with scales
   Backend backend = Backend::kCpu;
   void* stream = nullptr;  // cudaStream_t for Backend::kCuda (null: default stream)
   AttentionOptions options;

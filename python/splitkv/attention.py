@@ -63,13 +63,29 @@ def _query(op, q):
     return dtype, backend
 
 
-def _operand(op, name, x, q, ndim, shape_doc):
-    """A tensor of q's dtype and device with a dense last dimension."""
+def _operand(op, name, x, q, ndim, shape_doc, kv=False):
+    """A tensor of q's dtype (or fp8 for K/V: `kv`) and device with a dense last dimension."""
     _checks.tensor(op, name, x)
     _checks.device(op, name, x, q.device)
     _checks.rank(op, name, x, ndim, shape_doc)
-    _checks.same_dtype(op, name, x, "q", q)
+    if kv:
+        _checks.kv_dtype(op, name, x, q)
+    else:
+        _checks.same_dtype(op, name, x, "q", q)
     _checks.inner_stride(op, name, x)
+
+
+def _kv_storage(op, k, q, num_kv_heads, k_scale, v_scale):
+    """The C++ KvStorage: fp8 (float8_e4m3fn) K/V with their scales, or as q."""
+    storage = _splitkv.KvStorage()
+    fp8 = k.dtype == torch.float8_e4m3fn
+    if fp8 or k_scale is not None or v_scale is not None:
+        storage.fp8_e4m3 = fp8
+        storage.k_scale, storage.k_scales = _checks.kv_scale(op, "k_scale", k_scale, fp8, k.dtype,
+                                                             num_kv_heads, q)
+        storage.v_scale, storage.v_scales = _checks.kv_scale(op, "v_scale", v_scale, fp8, k.dtype,
+                                                             num_kv_heads, q)
+    return storage
 
 
 def _head_dim(op, name, head_dim, q):
@@ -173,11 +189,12 @@ def _paged_kv(op, kv_cache, kv_layout, q):
                          f"{len(kv_cache)} items")
         (k, v), names = kv_cache, ("kv_cache[0]", "kv_cache[1]")
         for name, x in zip(names, (k, v)):
-            _operand(op, name, x, q, 4, f"{shape} ({kv_layout})")
+            _operand(op, name, x, q, 4, f"{shape} ({kv_layout})", kv=True)
+        _checks.same_dtype(op, names[1], v, names[0], k)
         _checks.same_shape(op, names[1], v, names[0], k)
     else:
         five_d = shape.replace("[num_pages, ", "[num_pages, 2, ")
-        _operand(op, "kv_cache", kv_cache, q, 5, f"{five_d} ({kv_layout})")
+        _operand(op, "kv_cache", kv_cache, q, 5, f"{five_d} ({kv_layout})", kv=True)
         _checks.dim(op, "kv_cache", kv_cache, 1, 2, "k and v")
         k, v, names = kv_cache[:, 0], kv_cache[:, 1], ("kv_cache", "kv_cache")
     _head_dim(op, names[0], k.shape[3], q)
@@ -186,7 +203,7 @@ def _paged_kv(op, kv_cache, kv_layout, q):
 
 def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                   sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch, sinks=None):
+                  max_q_len, launch, sinks=None, k_scale=None, v_scale=None):
     dtype, backend = _query(op, q)
     k, v = _paged_kv(op, kv_cache, kv_layout, q)
     _index(op, "block_tables", block_tables, q, 2)
@@ -222,6 +239,7 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
         v.stride(page_axis), v.stride(head_axis), v.stride(slot_axis))
     params.num_pages, params.num_kv_heads, params.page_size = (
         k.shape[page_axis], k.shape[head_axis], k.shape[slot_axis])
+    params.kv_storage = _kv_storage(op, k, q, params.num_kv_heads, k_scale, v_scale)
     params.block_tables = block_tables.data_ptr()
     # One row: its stride is meaningless to torch (may be anything), not to the kernels.
     params.block_tables_stride = block_tables.stride(0) if batch_size > 1 else max_pages_per_seq
@@ -240,7 +258,8 @@ def _paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                    max_q_len=None, sinks=None):
+                    max_q_len=None, sinks=None, k_scale=None,
+                    v_scale=None):
     """Attention of new query tokens over a paged KV cache (decode, speculative decode,
     chunked prefill), split-KV merged inside one launch.
 
@@ -256,7 +275,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         CPU), on the CPU or a CUDA device; last dimension dense. ``total_q`` is
         ``batch_size`` (one token per request) unless ``cu_seqlens_q`` is given.
     kv_cache : torch.Tensor or (torch.Tensor, torch.Tensor)
-        q's dtype and device. HND: ``[num_pages, 2, num_kv_heads, page_size, head_dim]``;
+        q's dtype (or ``torch.float8_e4m3fn``: see ``k_scale``) and device. HND:
+        ``[num_pages, 2, num_kv_heads, page_size, head_dim]``;
         NHD: ``[num_pages, 2, page_size, num_kv_heads, head_dim]`` (index 0 of dim 1 is
         k, 1 is v); or a ``(k, v)`` pair of ``[num_pages, num_kv_heads, page_size,
         head_dim]`` (HND) or ``[num_pages, page_size, num_kv_heads, head_dim]`` (NHD)
@@ -310,6 +330,13 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
         ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
         sink for that head. Default None: no sinks.
+    k_scale, v_scale : float or torch.Tensor, optional
+        Keyword-only, for an fp8 cache and required with one: K/V of dtype
+        ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
+        ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
+        V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
+        (one scale per kv head). CPU backend only for now: CUDA refuses an fp8 cache.
+        Default None: K/V are q's dtype, and giving a scale then is an error.
 
     Returns
     -------
@@ -327,16 +354,19 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     TypeError
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; an index tensor is not int32 (int64 is refused, not converted); the
-        workspace is not uint8; ``sinks`` is not float32.
+        workspace is not uint8; ``sinks`` or a scale tensor is not float32; K/V of another
+        fp8 format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q.
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
-        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous), a non-dense last
-        dimension, or an unknown kv_layout; and from the
+        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
+        ``[num_kv_heads]``), a non-dense last dimension, or an unknown kv_layout; an fp8
+        cache without ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
         of range, cu_seqlens_q not a prefix sum from 0, a workspace too small (for the
         counter region or a forced num_splits), misaligned, its counter region corrupted,
         or in use by another thread; out overlapping an input or itself; a head_dim the
-        backend does not support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
+        backend does not support, float32 or an fp8 cache on CUDA, or a CUDA tensor in a
+        CPU-only build.
     RuntimeError
         A CUDA call failed.
 
@@ -359,11 +389,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
             q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
-            out=out, max_q_len=max_q_len, sinks=sinks)
+            out=out, max_q_len=max_q_len, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     params, out, lse = _paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=True, sinks=sinks)
+        launch=True, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     _run(_PAGED, _splitkv.LaunchPagedAttention, params, q, workspace)
     return (out, lse) if return_lse else out
 
@@ -371,7 +401,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
 def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                          kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                          logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                         max_q_len=None, sinks=None):
+                         max_q_len=None, sinks=None, k_scale=None,
+                         v_scale=None):
     """The plan :func:`paged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`paged_attention`'s arguments. Checks the tensors, shapes and
@@ -396,7 +427,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
     params, _, _ = _paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=False, sinks=sinks)
+        launch=False, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     return Plan._from_ext(_run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
 
 
@@ -405,11 +436,12 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
 
 def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
                    window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch,
-                   sinks=None):
+                   sinks=None, k_scale=None, v_scale=None):
     dtype, backend = _query(op, q)
     kv_shape = "[total_kv, num_kv_heads, head_dim]"
-    _operand(op, "k", k, q, 3, kv_shape)
-    _operand(op, "v", v, q, 3, kv_shape)
+    _operand(op, "k", k, q, 3, kv_shape, kv=True)
+    _operand(op, "v", v, q, 3, kv_shape, kv=True)
+    _checks.same_dtype(op, "v", v, "k", k)
     _checks.same_shape(op, "v", v, "k", k)
     _head_dim(op, "k", k.shape[2], q)
     _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
@@ -442,6 +474,7 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
     params.cu_seqlens_kv = cu_seqlens_kv.data_ptr()
     params.batch_size = batch_size
     params.total_kv, params.num_kv_heads = k.shape[0], k.shape[1]
+    params.kv_storage = _kv_storage(op, k, q, k.shape[1], k_scale, v_scale)
     params.max_q_len = max_q_len
     if q.device.type == "cpu":
         # The split heuristic's bound on keys; free to read on the host (0: total_kv).
@@ -451,7 +484,8 @@ def _ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, 
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                     return_lse=False, out=None, max_q_len=None, sinks=None):
+                     return_lse=False, out=None, max_q_len=None, sinks=None, k_scale=None,
+                     v_scale=None):
     """Attention over ragged (packed, variable-length) q, k, v: prefill of a batch of
     requests, split-KV merged inside one launch.
 
@@ -465,7 +499,8 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``[total_q, num_qo_heads, head_dim]``, float16 or bfloat16 (float32 too on the
         CPU), on the CPU or a CUDA device; last dimension dense.
     k, v : torch.Tensor
-        ``[total_kv, num_kv_heads, head_dim]``, q's dtype and device, any strides with a
+        ``[total_kv, num_kv_heads, head_dim]``, q's dtype (or ``torch.float8_e4m3fn``: see
+        ``k_scale``) and device, any strides with a
         dense last dimension. ``num_qo_heads`` must be a multiple of ``num_kv_heads``;
         head_dim 64, 128 or 256 on CUDA.
     cu_seqlens_q, cu_seqlens_kv : torch.Tensor
@@ -505,6 +540,13 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
         ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
         sink for that head. Default None: no sinks.
+    k_scale, v_scale : float or torch.Tensor, optional
+        Keyword-only, for an fp8 cache and required with one: K/V of dtype
+        ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
+        ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
+        V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
+        (one scale per kv head). CPU backend only for now: CUDA refuses an fp8 cache.
+        Default None: K/V are q's dtype, and giving a scale then is an error.
 
     Returns
     -------
@@ -520,16 +562,18 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     TypeError
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; cu_seqlens are not int32 (int64 is refused, not converted); the workspace
-        is not uint8; ``sinks`` is not float32.
+        is not uint8; ``sinks`` or a scale tensor is not float32; K/V of another fp8
+        format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q.
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
-        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous), a non-dense last
-        dimension; and from the C++ core: num_qo_heads not
+        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
+        ``[num_kv_heads]``), a non-dense last dimension; an fp8 k/v without
+        ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and from the C++ core: num_qo_heads not
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at
         total_q / total_kv, a workspace too small (for the counter region or a forced
         num_splits), misaligned, its counter region corrupted, or in use by another
         thread; out overlapping an input or itself; a head_dim the backend does not
-        support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
+        support, float32 or fp8 k/v on CUDA, or a CUDA tensor in a CPU-only build.
     RuntimeError
         A CUDA call failed.
 
@@ -547,17 +591,20 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         return ops.ragged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
-            return_lse=return_lse, out=out, max_q_len=max_q_len, sinks=sinks)
+            return_lse=return_lse, out=out, max_q_len=max_q_len, sinks=sinks, k_scale=k_scale,
+            v_scale=v_scale)
     params, out, lse = _ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True, sinks=sinks)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True, sinks=sinks,
+        k_scale=k_scale, v_scale=v_scale)
     _run(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, workspace)
     return (out, lse) if return_lse else out
 
 
 def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                           sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                          return_lse=False, out=None, max_q_len=None, sinks=None):
+                          return_lse=False, out=None, max_q_len=None, sinks=None, k_scale=None,
+                          v_scale=None):
     """The plan :func:`ragged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`ragged_attention`'s arguments. Checks the tensors, shapes and
@@ -582,5 +629,6 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
     """
     params, _, _ = _ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False, sinks=sinks)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False, sinks=sinks,
+        k_scale=k_scale, v_scale=v_scale)
     return Plan._from_ext(_run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))

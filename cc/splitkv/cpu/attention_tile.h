@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cc/splitkv/cpu/attention_blocks.h"
@@ -204,6 +206,10 @@ inline void AccumulateOwnKeys(TileScratch& s, int64_t r, int64_t d) {
   }
 }
 
+// The element type a KV source's rows hold (T, float for a dequantised fp8 source).
+template <typename Kv>
+using KvElement = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const Kv&>().Key(0))>>;
+
 // Runs split `split_idx` of a tile. `kv` gives Key(j) / Value(j) pointers for the tile's
 // kv head. Writes the output (1 split) or a partial, then runs the counter protocol.
 template <typename T, typename Kv>
@@ -257,7 +263,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
     s.row_lo[r] = visible[r / group].begin;
     s.row_hi[r] = visible[r / group].end;
   }
-  done = blocks::RunKeys<T>(kv, keys.begin, keys.end,
+  done = blocks::RunKeys<KvElement<Kv>>(kv, keys.begin, keys.end,
                             blocks::RowState{s.q.data(), s.row_lo.data(), s.row_hi.data(), rows, d, sm_scale, cap,
                                              s.acc.data(), s.row_max.data(), s.row_sum.data()});
 #endif
