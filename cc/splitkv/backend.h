@@ -34,6 +34,10 @@ bool Available();
 BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream);
 void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
 void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
+// cudaMemsetAsync of the counter region on `stream`.
+void ZeroCounterRegion(void* workspace, void* stream);
+// Copies the device status record to `words` (kStatusWords) on `stream` and synchronises it.
+void ReadStatusRecord(const void* workspace, void* stream, uint32_t* words);
 }  // namespace cuda
 
 }  // namespace splitkv

@@ -184,19 +184,50 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
 }
 
 // Host-side counter check before a CPU launch: a stale counter would make the wrong task
-// merge (the bug class this project exists to prevent), so refuse clearly instead.
+// merge (the bug class this project exists to prevent), so the launch zeroes the counter
+// region (healed: the next call is right) and refuses clearly instead of computing.
 void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const WorkspaceBuffer& ws) {
   if (plan.num_splits <= 1) return;
-  const auto* counters = static_cast<const uint32_t*>(ws.data);
+  auto* counters = static_cast<uint32_t*>(ws.data);
   for (int64_t i = 0; i < plan.num_tiles; ++i) {
     if (counters[i] != 0) {
+      const uint32_t found = counters[i];
+      std::memset(ws.data, 0, kCounterRegionBytes);
       throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected counter " +
                            std::to_string(i) + " (bytes " + std::to_string(i * kCounterBytes) + ".." +
                            std::to_string((i + 1) * kCounterBytes) + ") to be 0 at rest, got " +
-                           std::to_string(counters[i]) +
-                           "; was the workspace zeroed when made, or shared by concurrent launches?");
+                           std::to_string(found) +
+                           "; nothing was computed and the counter region was reset to zero (was the "
+                           "workspace zeroed when made, or shared by concurrent launches?)");
     }
   }
+}
+
+std::string DescribeStatus(const char* op, const uint32_t* words) {
+  const int64_t index = words[1];
+  return std::string(op) + ": workspace counter region corrupted: an earlier launch on this workspace found counter " +
+         std::to_string(index) + " (bytes " + std::to_string(index * kCounterBytes) + ".." +
+         std::to_string((index + 1) * kCounterBytes) + ") holding " + std::to_string(words[2]) +
+         " when a split arrived, a value the split protocol cannot leave (status code " + std::to_string(words[0]) +
+         "); that launch's outputs are invalid. The counter region was reset to zero, so calls from now on are "
+         "right (was the workspace zeroed when made, written by someone else, or shared by concurrent launches?)";
+}
+
+void ClearStatusHost(const WorkspaceBuffer& ws) {
+  if (ws.status_host == nullptr) return;
+  volatile uint32_t* host = ws.status_host;
+  for (int64_t w = 0; w < kStatusWords; ++w) host[w] = 0;
+}
+
+// CUDA: an earlier launch's record of a dirty counter, seen in the pinned host mirror without
+// a sync, is reported before anything else runs on the workspace (and the region zeroed).
+void SurfaceRecordedStatus(const char* op, const WorkspaceBuffer& ws, Backend backend, void* stream) {
+  if (ws.status_host == nullptr || backend != Backend::kCuda) return;
+  const volatile uint32_t* host = ws.status_host;
+  if (host[0] == 0) return;
+  const uint32_t words[kStatusWords] = {host[0], host[1], host[2], host[3]};
+  ResetCounterRegion(ws, backend, stream);
+  throw WorkspaceError(DescribeStatus(op, words));
 }
 
 // Runs a CPU launch; if a task threw (out of memory, say) after others had counted in,
@@ -334,6 +365,7 @@ SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params) {
 SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
   const ArgChecks check(kPagedOp);
   const SplitPlan plan = PlanPaged(check, params);
+  SurfaceRecordedStatus(kPagedOp, params.workspace, params.backend, params.stream);
   if (params.total_q == 0) return plan;
   if (params.backend == Backend::kCuda) {
     cuda::PagedAttention(params, plan);
@@ -348,6 +380,7 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
 SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
   const ArgChecks check(kRaggedOp);
   const SplitPlan plan = PlanRagged(check, params);
+  SurfaceRecordedStatus(kRaggedOp, params.workspace, params.backend, params.stream);
   if (params.total_q == 0) return plan;
   if (params.backend == Backend::kCuda) {
     cuda::RaggedAttention(params, plan);
@@ -372,7 +405,8 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
   const auto* counters = static_cast<const uint32_t*>(workspace);
   int64_t nonzero = 0;
   int64_t first = -1;
-  for (int64_t i = 0; i < kMaxCounters; ++i) {
+  constexpr int64_t kWords = kCounterRegionBytes / kCounterBytes;  // the counters and the status record
+  for (int64_t i = 0; i < kWords; ++i) {
     if (counters[i] != 0) {
       if (first < 0) first = i;
       ++nonzero;
@@ -380,10 +414,49 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
   }
   if (nonzero > 0) {
     throw WorkspaceError("check_counter_region: counter region not zero: expected all " +
-                         std::to_string(kMaxCounters) + " counters 0, got " + std::to_string(nonzero) +
+                         std::to_string(kWords) + " words (counters and status record) 0, got " + std::to_string(nonzero) +
                          " nonzero, the first at index " + std::to_string(first) + " (byte " +
                          std::to_string(first * kCounterBytes) + ") holding " + std::to_string(counters[first]));
   }
+}
+
+void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream) {
+  if (workspace.data == nullptr) {
+    throw WorkspaceError("reset_counter_region: workspace is null: expected a buffer, got null");
+  }
+  if (workspace.bytes < kCounterRegionBytes) {
+    throw WorkspaceError("reset_counter_region: workspace too small: need at least " +
+                         std::to_string(kCounterRegionBytes) + " bytes, got " + std::to_string(workspace.bytes));
+  }
+  if (backend == Backend::kCuda) {
+    cuda::ZeroCounterRegion(workspace.data, stream);
+  } else {
+    std::memset(workspace.data, 0, kCounterRegionBytes);
+  }
+  ClearStatusHost(workspace);
+}
+
+void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream) {
+  if (workspace.data == nullptr) {
+    throw WorkspaceError(std::string(op) + ": workspace is null: expected a buffer, got null");
+  }
+  if (workspace.bytes < kCounterRegionBytes) {
+    throw WorkspaceError(std::string(op) + ": workspace too small: need at least " +
+                         std::to_string(kCounterRegionBytes) + " bytes, got " + std::to_string(workspace.bytes));
+  }
+  uint32_t words[kStatusWords] = {};
+  if (backend == Backend::kCuda) {
+    cuda::ReadStatusRecord(workspace.data, stream, words);
+  } else {
+    std::memcpy(words, static_cast<const uint8_t*>(workspace.data) + kStatusOffset, sizeof(words));
+  }
+  if (words[0] == 0 && workspace.status_host != nullptr) {
+    const volatile uint32_t* host = workspace.status_host;
+    for (int64_t w = 0; w < kStatusWords; ++w) words[w] = host[w];
+  }
+  if (words[0] == 0) return;
+  ResetCounterRegion(workspace, backend, stream);  // enqueued before anything the caller runs next
+  throw WorkspaceError(DescribeStatus(op, words));
 }
 
 }  // namespace splitkv

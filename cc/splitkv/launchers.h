@@ -26,9 +26,21 @@
 //
 // Workspace ownership (workspace_layout.h): the caller owns the buffer, zeroes it once when
 // it is made, and must not use one workspace from two launches at the same time (two
-// threads or two streams; the CPU backend detects a counter left nonzero, CUDA cannot). Use
-// one workspace per stream; launches on one stream may share it freely, since each leaves
-// the counters zero.
+// threads or two streams). Use one workspace per stream; launches on one stream may share it
+// freely, since each leaves the counters zero.
+//
+// A dirty counter region (bytes someone else wrote, a launch that died part-way, two
+// launches at once) never gives a silently wrong answer, a hang or an out-of-bounds access:
+//   - CPU: the launch checks the counters it needs before running; a nonzero one makes it
+//     zero the whole counter region and throw WorkspaceError (nothing is computed).
+//   - CUDA: every split of a tile checks the ticket its counter hands it; one the protocol
+//     cannot hand out from a zero counter (every nonzero start produces one) is recorded in
+//     the workspace's status record (and WorkspaceBuffer::status_host), no split waits on
+//     that tile, and no merge waits once a record exists, so the launch ends. The outputs of
+//     that launch are invalid. The next launch whose status_host shows the record, or
+//     CheckWorkspaceStatus, zeroes the counter region on the stream (the record with it) and
+//     throws WorkspaceError naming the counter and the value found; calls after it are right.
+//     Without status_host, call CheckWorkspaceStatus (it synchronises) where you need to know.
 #ifndef SPLITKV_LAUNCHERS_H_
 #define SPLITKV_LAUNCHERS_H_
 
@@ -46,8 +58,9 @@ namespace splitkv {
 //                    on CUDA also a page_size that is not a power of two;
 //   WorkspaceError   the workspace is null, misaligned, smaller than kCounterRegionBytes,
 //                    too small for a forced num_splits, the problem needs more counters
-//                    than the region holds at a forced num_splits, or (CPU) a counter it
-//                    needs is nonzero;
+//                    than the region holds at a forced num_splits, (CPU) a counter it
+//                    needs is nonzero, or (CUDA) status_host holds an earlier launch's
+//                    record of a dirty counter (the region is zeroed first, as above);
 //   UnsupportedError Backend::kCuda in a build without it; on CUDA: float32 or a head_dim
 //                    other than 64/128/256;
 //   CudaError        a CUDA runtime call or the kernel launch failed (message: the
@@ -74,6 +87,18 @@ SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params);
 // how many are nonzero and the first one's index, byte offset and value. Throws
 // WorkspaceError for a null pointer or workspace_bytes < kCounterRegionBytes.
 void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes);
+
+// Reports a dirty counter found by an earlier launch on this workspace: reads its status
+// record (CUDA: copies it from the device on `stream` and synchronises that stream; CPU: the
+// host bytes) and status_host when set. Returns when both are zero. Otherwise zeroes the
+// counter region (CUDA: cudaMemsetAsync on `stream`, then synchronises) and status_host, and
+// throws WorkspaceError naming `op`, the counter index and the value found. Throws
+// WorkspaceError for a null or too small workspace, CudaError if a CUDA call fails.
+void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream);
+
+// Zeroes the counter region of a workspace (CUDA: cudaMemsetAsync on `stream`, no sync) and
+// its status_host: the way back to a usable workspace after a fault, without reallocating.
+void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream);
 
 // True when this build has the CUDA backend (built with --config=cuda); it does not check
 // for a GPU or a driver.

@@ -82,6 +82,13 @@ struct AttentionOptions {
 struct WorkspaceBuffer {
   void* data = nullptr;
   int64_t bytes = 0;  // the buffer's real size in bytes (not a maximum: the planner fits to it)
+  // CUDA, optional: kStatusWords uint32 of pinned host memory (cudaHostAlloc / cudaMallocHost;
+  // the device writes it through unified addressing), zeroed once, kept with this workspace
+  // for its life. A launch that finds a counter the split protocol cannot have left also
+  // writes its status record (workspace_layout.h) here, so the next launch on the workspace
+  // sees it without a sync: that launch then zeroes the counter region on its stream and
+  // throws WorkspaceError instead of running. Null: only CheckWorkspaceStatus reports it.
+  uint32_t* status_host = nullptr;
 };
 
 // Attention over a paged KV cache (decode, speculative decode, chunked prefill).

@@ -4,7 +4,8 @@
 // launch (paged and ragged alike). Its layout, for a call with `num_splits` splits:
 //
 //   [0, kCounterRegionBytes)            counter region: uint32 split counters (semaphores),
-//                                       one per work tile; zero at rest.
+//                                       one per work tile, then the status record (its
+//                                       last kStatusBytes); zero at rest.
 //   [softmax_offset, +softmax_bytes)    softmax stats: float2 {max, sum_exp} per
 //                                       (split_idx, q token, qo head); `max` is the largest
 //                                       scaled logit (natural-log units), `sum_exp` is
@@ -47,9 +48,20 @@ namespace splitkv {
 inline constexpr int64_t kCounterRegionBytes = int64_t{8} << 20;  // 8 MiB
 // One counter is a uint32.
 inline constexpr int64_t kCounterBytes = 4;
-// Counters available to one launch (2097152): a call with num_splits > 1 needs one per work
-// tile (request x kv head x query tile), else it is refused or planned with fewer splits.
-inline constexpr int64_t kMaxCounters = kCounterRegionBytes / kCounterBytes;
+// The last kStatusBytes of the counter region are the workspace's status record, uint32
+// words {code, counter index, value, 0}, zero at rest like the counters. A CUDA launch that
+// meets a counter in a state the split protocol cannot leave (bytes someone else wrote, a
+// launch that died part-way) records the first such counter there (code kStatusDirtyCounter,
+// the counter's index, the value a split found on arriving) instead of trusting it; the next
+// call on the workspace reports it and zeroes the region (launchers.h).
+inline constexpr int64_t kStatusBytes = 256;
+inline constexpr int64_t kStatusOffset = kCounterRegionBytes - kStatusBytes;
+inline constexpr int64_t kStatusWords = 4;
+inline constexpr uint32_t kStatusDirtyCounter = 1;
+// Counters available to one launch (2097088, the words before the status record): a call with
+// num_splits > 1 needs one per work tile (request x kv head x query tile), else it is refused
+// or planned with fewer splits.
+inline constexpr int64_t kMaxCounters = kStatusOffset / kCounterBytes;
 // The workspace base must be this aligned (bytes); every region starts on this alignment.
 inline constexpr int64_t kWorkspaceAlignment = 256;
 // Bytes of softmax stats per (split, q token, qo head): float2 {max, sum_exp}.

@@ -7,7 +7,8 @@ counter back to zero, so the workspace is zeroed once, when it is made, and neve
 Operations: :func:`paged_attention`, :func:`ragged_attention`; their plans (split count,
 workspace layout) without running: :func:`plan_paged_attention`,
 :func:`plan_ragged_attention`. Workspace: :class:`Workspace`,
-:func:`required_workspace_bytes`, :func:`workspace_layout`, :func:`check_counter_region`.
+:func:`required_workspace_bytes`, :func:`workspace_layout`, :func:`check_counter_region`,
+:func:`check_workspace` (a dirty counter found by a CUDA launch; see DESIGN.md).
 Inside torch.compile(fullgraph=True) or CUDA graphs: :mod:`splitkv.ops` (the same
 operations as torch.library custom ops ``torch.ops.splitkv.*``).
 """
@@ -27,6 +28,7 @@ from splitkv.workspace import WORKSPACE_ALIGNMENT
 from splitkv.workspace import Workspace
 from splitkv.workspace import WorkspaceLayout
 from splitkv.workspace import check_counter_region
+from splitkv.workspace import check_workspace
 from splitkv.workspace import required_workspace_bytes
 from splitkv.workspace import workspace_layout
 
@@ -43,6 +45,7 @@ __all__ = [
     "Workspace",
     "WorkspaceLayout",
     "check_counter_region",
+    "check_workspace",
     "cuda_backend_available",
     "ops",
     "paged_attention",

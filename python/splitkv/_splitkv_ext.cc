@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <string>
 
 #include "cc/splitkv/launchers.h"
 #include "cc/splitkv/params.h"
@@ -43,6 +44,8 @@ void BindLayout(py::module_& m) {
   m.attr("kWorkspaceAlignment") = kWorkspaceAlignment;
   m.attr("kCounterBytes") = kCounterBytes;
   m.attr("kMaxCounters") = kMaxCounters;
+  m.attr("kStatusOffset") = kStatusOffset;
+  m.attr("kStatusWords") = kStatusWords;
 
   py::class_<LayoutShape>(m, "LayoutShape")
       .def(py::init([](int64_t total_q, int64_t num_qo_heads, int64_t head_dim) {
@@ -93,6 +96,7 @@ void BindOptions(py::module_& m) {
   py::class_<WorkspaceBuffer> workspace(m, "WorkspaceBuffer");
   workspace.def(py::init<>()).def_readwrite("bytes", &WorkspaceBuffer::bytes);
   PointerField(workspace, "data", &WorkspaceBuffer::data);
+  PointerField(workspace, "status_host", &WorkspaceBuffer::status_host);
 }
 
 void BindPagedParams(py::module_& m) {
@@ -185,6 +189,18 @@ void BindLaunchers(py::module_& m) {
         CheckCounterRegionZero(reinterpret_cast<const void*>(workspace), workspace_bytes);
       },
       py::arg("workspace"), py::arg("workspace_bytes"), release);
+  m.def(
+      "CheckWorkspaceStatus",
+      [](const std::string& op, const WorkspaceBuffer& workspace, Backend backend, std::uintptr_t stream) {
+        CheckWorkspaceStatus(op.c_str(), workspace, backend, reinterpret_cast<void*>(stream));
+      },
+      py::arg("op"), py::arg("workspace"), py::arg("backend"), py::arg("stream"), release);
+  m.def(
+      "ResetCounterRegion",
+      [](const WorkspaceBuffer& workspace, Backend backend, std::uintptr_t stream) {
+        ResetCounterRegion(workspace, backend, reinterpret_cast<void*>(stream));
+      },
+      py::arg("workspace"), py::arg("backend"), py::arg("stream"), release);
   m.def("CudaBackendAvailable", &CudaBackendAvailable);
 }
 

@@ -14,7 +14,7 @@ import torch
 
 from splitkv import _checks
 from splitkv import _splitkv
-from splitkv.workspace import WorkspaceLayout, exclusive
+from splitkv.workspace import WorkspaceLayout, exclusive, status_host_address
 
 _PAGED = "paged_attention"
 _RAGGED = "ragged_attention"
@@ -129,6 +129,7 @@ def _workspace(op, workspace, q, operands):
     result = _splitkv.WorkspaceBuffer()
     result.data = buffer.data_ptr()
     result.bytes = buffer.numel()
+    result.status_host = status_host_address(workspace, buffer)
     return result
 
 

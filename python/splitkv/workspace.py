@@ -6,6 +6,7 @@ only allocates, aligns and reports.
 
 import contextlib
 import dataclasses
+import os
 import threading
 
 import torch
@@ -18,6 +19,13 @@ COUNTER_REGION_BYTES = _splitkv.kCounterRegionBytes
 
 WORKSPACE_ALIGNMENT = _splitkv.kWorkspaceAlignment
 """Required alignment of a workspace's base address and of each region, in bytes (256)."""
+
+STATUS_OFFSET = _splitkv.kStatusOffset
+"""Byte offset of the workspace's status record, the last 256 bytes of the counter region."""
+
+# SPLITKV_CHECK_WORKSPACE=1: every call checks the whole counter region before and after it
+# runs (a host sync each time), for users chasing a fault. Read once, at import.
+_CHECK_EVERY_CALL = os.environ.get("SPLITKV_CHECK_WORKSPACE", "") == "1"
 
 # Products of the layout are int64 in C++: refuse inputs whose scratch bytes would not fit.
 _MAX_LAYOUT_BYTES = 2**62
@@ -191,6 +199,7 @@ class Workspace:
         self.tensor = raw[skip:skip + nbytes]
         self.nbytes = nbytes
         self.device = raw.device
+        self._status_host = _new_status_mirror(self.device)
 
     def counter_region(self):
         """The counter region, bytes ``[0, COUNTER_REGION_BYTES)``, as a uint8 view."""
@@ -204,8 +213,113 @@ class Workspace:
         """
         check_counter_region(self)
 
+    def raise_if_error(self):
+        """Raises ValueError if a launch on this workspace met a dirty counter; heals it.
+
+        A CUDA launch that finds a split counter in a state the protocol cannot leave
+        (bytes written by someone else, a launch that died part-way) records it in the
+        workspace's status record, never hangs, and its outputs are invalid. The next
+        splitkv call on this workspace raises for it, if the GPU has run that launch by
+        then; this method says so at once: it synchronises the current stream and reads the
+        record. Use it after replaying a CUDA graph. On the CPU a dirty counter is refused
+        by the call that meets it.
+
+        Raises
+        ------
+        ValueError
+            "workspace counter region corrupted: an earlier launch on this workspace found
+            counter I (bytes ...) holding V ...". The counter region has been zeroed (on the
+            current stream) before the error is raised, so later calls are right.
+        """
+        check_workspace(self)
+
+    def reset(self):
+        """Zeroes the counter region (on the current stream for CUDA, no sync) and clears the
+        status record: the way back after a fault, without reallocating."""
+        _splitkv.ResetCounterRegion(*_status_call_args(self, self.tensor))
+
     def __repr__(self):
         return f"Workspace(nbytes={self.nbytes}, device='{self.device}')"
+
+
+def _new_status_mirror(device):
+    """Pinned host words the CUDA kernels write a dirty-counter record into (C++:
+    WorkspaceBuffer::status_host), so the next call sees it without a sync. None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return torch.zeros(_splitkv.kStatusWords, dtype=torch.int32, pin_memory=True)
+
+
+# Mirrors of users' own CUDA uint8 buffers, by storage (device, address), made on first use.
+_status_mirrors = {}
+
+
+def status_host_address(workspace, buffer):
+    """The address of the pinned status mirror serving ``workspace`` (0 on the CPU)."""
+    if buffer.device.type != "cuda":
+        return 0
+    mirror = getattr(workspace, "_status_host", None)
+    if mirror is None:
+        key = (str(buffer.device), buffer.untyped_storage().data_ptr())
+        mirror = _status_mirrors.get(key)
+        if mirror is None:
+            mirror = _status_mirrors.setdefault(key, _new_status_mirror(buffer.device))
+    return mirror.data_ptr()
+
+
+def _status_call_args(workspace, buffer):
+    """(WorkspaceBuffer, Backend, stream) for the status and reset calls."""
+    view = _splitkv.WorkspaceBuffer()
+    view.data = buffer.data_ptr()
+    view.bytes = buffer.numel()
+    view.status_host = status_host_address(workspace, buffer)
+    if buffer.device.type == "cuda":
+        return view, _splitkv.Backend.cuda, torch.cuda.current_stream(buffer.device).cuda_stream
+    return view, _splitkv.Backend.cpu, 0
+
+
+def check_workspace(workspace):
+    """Raises ValueError if a launch on ``workspace`` recorded a dirty counter (see
+    :meth:`Workspace.raise_if_error`); zeroes the counter region first. Syncs on CUDA.
+
+    Parameters
+    ----------
+    workspace : Workspace or torch.Tensor
+        A Workspace, or a user's uint8 buffer of at least ``COUNTER_REGION_BYTES`` bytes.
+
+    Raises
+    ------
+    TypeError
+        workspace is neither a Workspace nor a uint8 tensor.
+    ValueError
+        A dirty counter was recorded ("workspace counter region corrupted: ..."), or the
+        buffer is smaller than the counter region.
+    """
+    buffer = _checks.workspace_tensor("check_workspace", workspace)
+    with _on_device(buffer.device):
+        _splitkv.CheckWorkspaceStatus("check_workspace", *_status_call_args(workspace, buffer))
+
+
+def _on_device(device):
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
+def _check_every_call(op, workspace, buffer, when):
+    """SPLITKV_CHECK_WORKSPACE=1: the whole counter region must be zero (synchronises)."""
+    if buffer.device.type == "cuda":
+        torch.cuda.current_stream(buffer.device).synchronize()
+    region = buffer[:COUNTER_REGION_BYTES].view(torch.int32)
+    nonzero = torch.nonzero(region).flatten()
+    if nonzero.numel() == 0:
+        return
+    first = int(nonzero[0])
+    value = int(region[first]) & 0xFFFFFFFF
+    _splitkv.ResetCounterRegion(*_status_call_args(workspace, buffer))
+    _checks.fail(op, "workspace counter region", f"not zero {when} the call",
+                 "every word of bytes [0, COUNTER_REGION_BYTES) 0 (SPLITKV_CHECK_WORKSPACE=1)",
+                 f"{nonzero.numel()} nonzero words, the first at index {first} (byte {4 * first}) "
+                 f"holding {value}",
+                 "the region was reset to zero")
 
 
 def check_counter_region(workspace):
@@ -270,7 +384,11 @@ def exclusive(op, workspace):
         _in_use.add(key)
     try:
         stream = _order_after_last_launch(key, buffer.device)
+        if _CHECK_EVERY_CALL:
+            _check_every_call(op, workspace, buffer, "before")
         yield
+        if _CHECK_EVERY_CALL:
+            _check_every_call(op, workspace, buffer, "after")
         if stream is not None:
             event = torch.cuda.Event()
             event.record(stream)

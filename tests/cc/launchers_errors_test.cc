@@ -243,8 +243,9 @@ TEST(RaggedBadArgumentsAreRefused) {
   CheckRefused<RaggedProblem, RaggedAttentionParams>(base, "ragged_attention", calls, &splitkv::LaunchRaggedAttention);
 }
 
-// A nonzero counter that a split launch would use: refused before any task runs.
-TEST(CorruptedCounterIsDetected) {
+// A nonzero counter that a split launch would use: refused before any task runs, and the
+// counter region zeroed (healed), so the same call then runs.
+TEST(CorruptedCounterIsDetectedAndHealed) {
   TestWorkspace ws(kWorkspaceBytes);
   PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
   const auto params = paged.Params(ws.data(), ws.bytes(), 2);
@@ -255,16 +256,16 @@ TEST(CorruptedCounterIsDetected) {
     EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(params), "paged_attention: ",
                   "counter region corrupted", "counter " + std::to_string(index), "got 3",
                   "bytes " + std::to_string(index * 4) + ".." + std::to_string(index * 4 + 4));
-    EXPECT_EQ(3u, ws.counters()[index]);  // refused: nothing touched, the counter included
-    EXPECT_TRUE(paged.out.bytes() == before);
-    ws.counters()[index] = 0;
+    EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());  // healed
+    EXPECT_TRUE(paged.out.bytes() == before);     // refused: out untouched
   }
   RaggedProblem ragged = splitkv_test::MakeRaggedProblem(BaseSpec());
   ws.counters()[1] = 1;
+  ws.counters()[splitkv::kMaxCounters - 1] = 5;  // one no launch here uses: zeroed all the same
   EXPECT_THROWS(WorkspaceError, splitkv::LaunchRaggedAttention(ragged.Params(ws.data(), ws.bytes(), 2)),
-                "ragged_attention: ", "counter region corrupted", "counter 1");
-  ws.counters()[1] = 0;
-  // Once repaired, the same calls run and leave the region zero.
+                "ragged_attention: ", "counter region corrupted", "counter 1", "reset to zero");
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  // Healed: the same calls run and leave the region zero.
   splitkv::LaunchPagedAttention(params);
   splitkv::LaunchRaggedAttention(ragged.Params(ws.data(), ws.bytes(), 2));
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
@@ -277,6 +278,40 @@ TEST(OneSplitLaunchesNeitherReadNorWriteCounters) {
   EXPECT_EQ(int64_t{1}, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 1)).num_splits);
   EXPECT_EQ(5u, ws.counters()[0]);
   EXPECT_EQ(int64_t{1}, ws.NonzeroCounters());
+}
+
+// A status record (as a CUDA launch leaves one) is reported by CheckWorkspaceStatus, which
+// zeroes the region and the host mirror first; a clean workspace passes; ResetCounterRegion
+// zeroes by hand.
+TEST(CheckWorkspaceStatusReportsAndHeals) {
+  TestWorkspace ws(kWorkspaceBytes);
+  uint32_t mirror[splitkv::kStatusWords] = {};
+  splitkv::WorkspaceBuffer buffer;
+  buffer.data = ws.data();
+  buffer.bytes = ws.bytes();
+  buffer.status_host = mirror;
+  splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr);
+  splitkv_test::Pass();
+  uint32_t* status = ws.counters() + splitkv::kStatusOffset / splitkv::kCounterBytes;
+  status[0] = splitkv::kStatusDirtyCounter, status[1] = 77, status[2] = 0xFFFFFFFFu;
+  ws.counters()[77] = 0xFFFFFFFFu;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "check_workspace: workspace counter region corrupted: an earlier launch on this workspace found "
+                "counter 77 (bytes 308..312) holding 4294967295 when a split arrived",
+                "reset to zero");
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  // The mirror alone (the device record already cleared) reports too, and is cleared.
+  mirror[0] = splitkv::kStatusDirtyCounter, mirror[1] = 3, mirror[2] = 65536;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "found counter 3 (bytes 12..16) holding 65536");
+  EXPECT_EQ(0u, mirror[0]);
+  splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr);
+  ws.counters()[5] = 1;
+  splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  buffer.bytes = 1024;
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "too small", "got 1024");
 }
 
 TEST(CheckCounterRegionZeroNamesTheFirstNonzeroCounter) {

@@ -30,12 +30,13 @@ class TestWorkspace {
   int64_t bytes() const { return bytes_; }
   uint32_t* counters() const { return reinterpret_cast<uint32_t*>(data_); }
 
-  // Number of nonzero uint32 counters in [0, kCounterRegionBytes); fast path is one memcmp.
+  // Number of nonzero uint32 words in [0, kCounterRegionBytes) (counters and status record);
+  // fast path is one memcmp.
   int64_t NonzeroCounters() const {
     static const auto* zeros = static_cast<const unsigned char*>(std::calloc(1, splitkv::kCounterRegionBytes));
     if (std::memcmp(data_, zeros, splitkv::kCounterRegionBytes) == 0) return 0;
     int64_t nonzero = 0;
-    for (int64_t i = 0; i < splitkv::kMaxCounters; ++i) nonzero += counters()[i] != 0;
+    for (int64_t i = 0; i < splitkv::kCounterRegionBytes / 4; ++i) nonzero += counters()[i] != 0;
     return nonzero;
   }
 

@@ -18,7 +18,9 @@ using splitkv::RequiredWorkspaceBytes;
 using splitkv::WorkspaceLayout;
 
 static_assert(kCounterRegionBytes == 8 * 1024 * 1024);
-static_assert(splitkv::kMaxCounters == kCounterRegionBytes / 4);
+static_assert(splitkv::kStatusOffset + splitkv::kStatusBytes == kCounterRegionBytes,
+              "the status record is the counter region's tail");
+static_assert(splitkv::kMaxCounters == splitkv::kStatusOffset / 4 && splitkv::kMaxCounters == 2097088);
 static_assert(RequiredWorkspaceBytes(LayoutShape{1, 1, 1}, 1) == kCounterRegionBytes,
               "the layout must stay usable in constant expressions");
 

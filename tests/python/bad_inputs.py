@@ -320,7 +320,7 @@ ROWS = [
         "forced num_splits > 1 with more work tiles than counters (2**21; refused on CUDA "
         "too, with its own tile count)", ValueError,
         _R + "too many work tiles for the counter region: need 4194306 counters for "
-        "num_splits=2, the region holds 2097152; use num_splits=1 or a smaller batch",
+        "num_splits=2, the region holds 2097088; use num_splits=1 or a smaller batch",
         # 2**21 + 1 requests, the last with the one query: a tile per request and kv head (2).
         lambda p, ws, d: _ragged_call(
             p, ws, q=p.q[:1], k=p.k[:1], v=p.v[:1], num_splits=2,

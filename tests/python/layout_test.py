@@ -115,7 +115,7 @@ def test_more_tiles_than_counters():
     max_q_len = 2**31 - 1  # 33554432 query tiles of 64 tokens, x 2 requests x 2 kv heads
     with pytest.raises(ValueError, match=r"ragged_attention: too many work tiles for the counter "
                        r"region: need 134217728 counters for num_splits=2, the region holds "
-                       r"2097152; use num_splits=1 or a smaller batch"):
+                       r"2097088; use num_splits=1 or a smaller batch"):
         problem.plan(workspace, num_splits=2, max_q_len=max_q_len)
     assert problem.plan(workspace, max_q_len=max_q_len).num_splits == 1
     out = problem.run(workspace, max_q_len=max_q_len)

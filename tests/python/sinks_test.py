@@ -171,3 +171,20 @@ def test_ops_and_plans_take_sinks(device):
     harness.assert_lse_close(op[1], expected_lse)
     assert splitkv.plan_ragged_attention(*args, sinks=sinks, num_splits=3).num_splits == 3
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_splits", [2, 4])
+def test_rows_in_one_split_match_the_one_split_call(device, num_splits):
+    """Causal prefill: query row 0 sees key 0 alone, so with splits its other splits are
+    empty; the merge's sink factor then gives the one-split call's bits."""
+    harness.require(device, torch.bfloat16, 128)
+    problem = harness.make_ragged([256], [256], group=4, head_dim=128, dtype=torch.bfloat16,
+                                  device=device, seed=5)
+    sinks = _sinks(problem.q.shape[1], device)
+    workspace = harness.shared_workspace(device)
+    out = problem.run(workspace, num_splits=num_splits, sinks=sinks)
+    single = problem.run(workspace, num_splits=1, sinks=sinks)
+    harness.assert_bitwise_equal(out[:1], single[:1])
+    expected, _ = problem.reference(sinks=sinks)
+    harness.assert_close(out, expected, torch.bfloat16)

@@ -5,7 +5,8 @@ with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ 
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
 V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), split merges (num_splits > 1) and direct
-writes, page tails holding NaN, and a row that sees no key. Prints one line per case; exits nonzero if a result is off or a counter stays
+writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
+counter region (0xFF bytes, counts of num_splits - 1: they must end and report). Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
 
     compute-sanitizer --tool racecheck python3 tools/gpu/sanitizer_cases.py
@@ -71,7 +72,34 @@ def main():
         ok = zero and error < 2e-2
         failed += not ok
         print(f"{'ok ' if ok else 'BAD'} {name}: max abs error {error:.2e}, counters zero: {zero}")
+    failed += dirty_counter_cases(workspace, cases)
     return 1 if failed else 0
+
+
+def dirty_counter_cases(workspace, cases):
+    """Split launches over a counter region of 0xFF bytes and of num_splits - 1 counts: they
+    must end, read and write in bounds, and report (DESIGN.md invariant 8). Returns failures."""
+    failed = 0
+    for name, problem, options in cases:
+        if options.get("num_splits", 1) < 2:
+            continue
+        for label, value in (("0xFF", -1), ("num_splits - 1", options["num_splits"] - 1)):
+            plan = problem.plan(workspace, **options)
+            workspace.counter_region().view(torch.int32)[:plan.num_tiles] = value
+            problem.run(workspace, **options)
+            torch.cuda.synchronize()
+            try:
+                workspace.raise_if_error()
+                reported = False
+            except ValueError:
+                reported = True
+            torch.cuda.synchronize()
+            zero = int(workspace.counter_region().count_nonzero()) == 0
+            ok = reported and zero
+            failed += not ok
+            print(f"{'ok ' if ok else 'BAD'} dirty counters ({label}), {name}: reported {reported}, "
+                  f"counters zero after: {zero}")
+    return failed
 
 
 if __name__ == "__main__":

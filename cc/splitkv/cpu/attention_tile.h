@@ -36,6 +36,12 @@ struct SoftmaxStat {
   float sum_exp;  // sum of exp(logit - max) over them (0 if none)
 };
 
+// A split's weight in the merge: sum_exp * exp(max - global_max), 0 for a split that saw no
+// finite logit.
+inline float SplitWeight(const SoftmaxStat& st, float global_max) {
+  return st.sum_exp != 0.0f ? st.sum_exp * std::exp(st.max - global_max) : 0.0f;
+}
+
 // What a tile needs besides its keys: where its queries and outputs are, and the options.
 template <typename T>
 struct TileInputs {
@@ -365,11 +371,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   }
 
   const LayoutShape shape{in.total_q, in.num_qo_heads, d};
-  auto write_output = [&](int64_t t, int64_t g, const float* o, float scale, float lse) {
+  // out = (o x scale) x keep: `keep` is the sink's factor (1 without sinks), applied after
+  // the normalisation so that a one-split row and a merged row get the same bits.
+  auto write_output = [&](int64_t t, int64_t g, const float* o, float scale, float keep, float lse) {
     const int64_t token = tile.token_begin + t;
     const int64_t head = tile.kv_head * group + g;
     T* out = in.out + token * in.out_stride_token + head * in.out_stride_head;
-    for (int64_t e = 0; e < d; ++e) out[e] = FromFloat<T>(o == nullptr ? 0.0f : o[e] * scale);
+    for (int64_t e = 0; e < d; ++e) out[e] = FromFloat<T>(o == nullptr ? 0.0f : o[e] * scale * keep);
     if (in.lse != nullptr) in.lse[token * in.num_qo_heads + head] = lse;
   };
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -381,12 +389,12 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
         const float sum = s.row_sum[r];
         const RowNorm norm = NormaliseRow(s.row_max[r], sum, in.options.sinks, tile.kv_head * group + g);
         if (sum != 0.0f) {  // 0: no finite logit; NaN: a non-finite input, passed on
-          write_output(t, g, &s.acc[r * d], norm.keep / sum, norm.lse);
+          write_output(t, g, &s.acc[r * d], 1.0f / sum, norm.keep, norm.lse);
         } else {
           // No key, or only -inf logits: acc holds 0 weights times the visible values,
           // so a non-finite value there still reaches the row (0 * inf is NaN), as in
           // the reference; otherwise 0.
-          write_output(t, g, &s.acc[r * d], 0.0f, norm.lse);
+          write_output(t, g, &s.acc[r * d], 0.0f, 1.0f, norm.lse);
         }
       }
     }
@@ -423,24 +431,27 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
         const SoftmaxStat st = stats[PartialIndex(shape, num_splits, sp, token, head)];
         if (st.sum_exp != 0.0f) global_max = NanMax(global_max, st.max);
       }
+      // The weights' total first, then each split's share w / total: one non-empty split
+      // gives back its partial exactly (w / w == 1), the bits of a one-split call, and the
+      // sum starts at -0 so that its -0 elements stay -0.
       float total = 0.0f;
-      std::fill(merged.begin(), merged.end(), 0.0f);
+      for (int64_t sp = 0; sp < num_splits; ++sp) total += SplitWeight(stats[PartialIndex(shape, num_splits, sp, token, head)], global_max);
+      std::fill(merged.begin(), merged.end(), -0.0f);
       for (int64_t sp = 0; sp < num_splits; ++sp) {
         const int64_t index = PartialIndex(shape, num_splits, sp, token, head);
-        const SoftmaxStat st = stats[index];
-        // A split without a finite logit still merges with weight 0: its partial is 0, or
+        // A split without a finite logit still merges with share 0: its partial is 0, or
         // NaN where a visible value was not finite, which must not depend on num_splits.
-        const float weight = st.sum_exp != 0.0f ? st.sum_exp * std::exp(st.max - global_max) : 0.0f;
-        total += weight;
-        for (int64_t e = 0; e < d; ++e) merged[e] += weight * partials[index * d + e];
+        const float weight = SplitWeight(stats[index], global_max);
+        const float share = total > 0.0f ? weight / total : 0.0f;
+        for (int64_t e = 0; e < d; ++e) merged[e] += share * partials[index * d + e];
       }
       // The sink, if any, enters here, once per row (partials never include it).
       const RowNorm norm = NormaliseRow(global_max, global_max == kNegInf ? 0.0f : total, in.options.sinks, head);
       if (global_max == kNegInf) {
-        write_output(t, g, merged.data(), 0.0f, norm.lse);
+        write_output(t, g, merged.data(), 0.0f, 1.0f, norm.lse);
         continue;
       }
-      write_output(t, g, merged.data(), norm.keep / total, norm.lse);
+      write_output(t, g, merged.data(), 1.0f, norm.keep, norm.lse);
     }
   }
   counter.store(0, std::memory_order_release);

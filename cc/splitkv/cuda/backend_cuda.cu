@@ -122,6 +122,8 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.counters = reinterpret_cast<uint32_t*>(base + plan.layout.counter_offset);
   k.stats = reinterpret_cast<float*>(base + plan.layout.softmax_offset);
   k.partials = reinterpret_cast<float*>(base + plan.layout.scratch_offset);
+  k.status = reinterpret_cast<uint32_t*>(base + kStatusOffset);
+  k.status_host = p.workspace.status_host;
   k.q_vec = Aligned16(p.q) && AllMultiplesOf8({p.q_stride_token, p.q_stride_head});
   k.out_vec = Aligned16(p.out) && AllMultiplesOf8({p.out_stride_token, p.out_stride_head});
   return k;
@@ -244,6 +246,19 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
       throw UnsupportedError(std::string(kRaggedOp) + ": head_dim not supported on cuda: expected 64, 128 or 256, got " +
                              std::to_string(p.head_dim));
   }
+}
+
+void ZeroCounterRegion(void* workspace, void* stream) {
+  CheckCuda(cudaMemsetAsync(workspace, 0, kCounterRegionBytes, static_cast<cudaStream_t>(stream)),
+            "reset_counter_region: cudaMemsetAsync");
+}
+
+void ReadStatusRecord(const void* workspace, void* stream, uint32_t* words) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  CheckCuda(cudaMemcpyAsync(words, static_cast<const uint8_t*>(workspace) + kStatusOffset,
+                            kStatusWords * sizeof(uint32_t), cudaMemcpyDeviceToHost, s),
+            "check_workspace_status: cudaMemcpyAsync");
+  CheckCuda(cudaStreamSynchronize(s), "check_workspace_status: cudaStreamSynchronize");
 }
 
 }  // namespace splitkv::cuda

@@ -416,7 +416,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       for (int n = 0; n < S::kSTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pr = exp2f(fmaf(s[n][2 * i + e], kLog2e, -m_log2));
+          // Rounded before the subtraction, like m_log2 (no fused multiply-add): the row's
+          // largest logit then gets exactly exp2(0) = 1, so a dominant key's v row comes out exact.
+          const float pr = exp2f(__fmul_rn(s[n][2 * i + e], kLog2e) - m_log2);
           s[n][2 * i + e] = pr;
           row_sum[i] += pr;
         }

@@ -42,6 +42,9 @@ struct AttentionKernelParams {
   uint32_t* counters = nullptr;
   float* stats = nullptr;     // float2 {max, sum_exp} per partial
   float* partials = nullptr;  // head_dim floats per partial
+  // The workspace's status record (workspace_layout.h) and its optional pinned host mirror.
+  uint32_t* status = nullptr;
+  uint32_t* status_host = nullptr;
 
   // 16-byte vector access is legal (base and every stride multiples of 8 elements).
   bool q_vec = false;

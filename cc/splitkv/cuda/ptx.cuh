@@ -189,6 +189,13 @@ __device__ __forceinline__ void RedAddReleaseGpu(uint32_t* address, uint32_t v) 
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(address), "r"(v) : "memory");
 }
 
+// *address at GPU scope, relaxed (a flag polled while waiting on something else).
+__device__ __forceinline__ uint32_t LoadRelaxedGpu(const uint32_t* address) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(address) : "memory");
+  return v;
+}
+
 // *address at GPU scope with acquire semantics.
 __device__ __forceinline__ uint32_t LoadAcquireGpu(const uint32_t* address) {
   uint32_t v;

@@ -12,6 +12,12 @@
 //     stores 0 back (nothing else touches the word in this launch: zero at rest) and merges
 //     the partials in fixed split order, so outputs are bitwise repeatable.
 // The merging CTA never waits on a CTA that has not finished its main loop, so the wait ends.
+// A dirty counter (nonzero at launch start: foreign bytes, a launch that died part-way) is
+// never trusted (DESIGN.md invariant 8): every nonzero start hands at least one CTA of the tile
+// a ticket that a zero start cannot (TicketImpossible); that CTA records it in the
+// workspace's status record (ReportDirtyCounter) and does not merge, and a merging CTA stops
+// waiting once any record exists, so the launch always ends. Its outputs are then invalid:
+// the next call reports the record and zeroes the region (launchers.h).
 // Counting in before the epilogue takes the count's round trip, and the release's wait for
 // the CTA's partial stores, off the last CTA's path (one acquire-release add after the
 // partials cost it both).
@@ -103,26 +109,27 @@ __device__ __forceinline__ void StoreFloats(float* dst, const float (&v)[kElems]
   }
 }
 
-// A finished row's normaliser and lse with the attention sink of qo head `head` (DESIGN.md
-// Semantics): the row has max logit `m` and sum of exp(logit - m) `l` (seen: l > 0).
-// `inv` (1 / l, or 0 unseen) becomes the factor applied to the unnormalised output and
-// `lse` the row's lse; both stay as given when p.sinks is null. The sink adds exp(sink) to
-// the denominator once; both terms are taken relative to max(m, sink), so a sink far above
-// or below the logits neither overflows nor gives NaN. Called only where a row's final
-// result is written (unsplit, or the merge), never for a partial.
-__device__ __forceinline__ void RowWithSink(const AttentionKernelParams& p, int32_t head, float m, float l,
-                                            bool seen, float& inv, float& lse) {
-  if (p.sinks == nullptr) return;
+// The attention sink's part in a finished row (DESIGN.md Semantics): the row has max logit
+// `m` and sum of exp(logit - m) `l` (seen: l > 0). Returns `keep`, the factor applied to the
+// row's l-normalised output (1 when p.sinks is null), and sets `lse` (left as given when
+// p.sinks is null; the sink when the row saw no key). The sink adds exp(sink) to the
+// denominator once; both terms are taken relative to max(m, sink), so a sink far above or
+// below the logits neither overflows nor gives NaN. Called only where a row's final result
+// is written (unsplit, the merge, the wgmma prefill), never for a partial; `keep` multiplies
+// the normalised row, so a one-split row and a merged one get the same bits.
+__device__ __forceinline__ float SinkKeep(const AttentionKernelParams& p, int32_t head, float m, float l, bool seen,
+                                          float& lse) {
+  if (p.sinks == nullptr) return 1.0f;
   const float sink = p.sinks[head];
   if (!seen) {
     lse = sink;  // no key: out 0, lse = the sink
-    return;
+    return 0.0f;
   }
   const float top = fmaxf(m, sink);
   const float keys = l * exp2f((m - top) * kLog2e);
   const float total = keys + exp2f((sink - top) * kLog2e);
-  inv = keys / total / l;  // keys == total exactly when the sink is -inf: then 1 / l, bitwise
   lse = top + logf(total);
+  return __fdiv_rn(keys, total);  // 1 exactly for a sink of -inf (keys == total)
 }
 
 // Where row `row` of a tile (rows pack token-major, then the group's heads) writes.
@@ -153,7 +160,12 @@ __device__ __forceinline__ void WriteRowResult(const AttentionKernelParams& p, R
   }
   if (p.num_splits == 1) {
     float scale = inv, lse = seen ? m + logf(l) : SPLITKV_NEG_INF;
-    RowWithSink(p, at.head, m, l, seen, scale, lse);
+    if (p.sinks != nullptr) {
+      // (o / l) x keep, in the merge's order, so one split and a merged row get the same bits.
+      scale = SinkKeep(p, at.head, m, l, seen, lse);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) o[e] *= inv;
+    }
     T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
     StoreRow<T, kElems>(dst, o, scale, p.out_vec);
     if (lane == 0 && p.lse != nullptr) {
@@ -175,6 +187,34 @@ __device__ __forceinline__ uint32_t* TileCounter(const AttentionKernelParams& p,
 
 inline constexpr uint32_t kPublishedOne = 1u << 16;
 
+// Whether a zero counter could have handed out `ticket` (the word before this CTA's add):
+// from zero, arrivals (bits 0-15) run 0 .. num_splits - 1 and never trail the published count
+// (bits 16-31). A nonzero start a + (p << 16) always shows: a >= 1 gives the last arrival
+// a + num_splits - 1 >= num_splits (a wrap past 65535 passes 65535 >= num_splits on the
+// way); a == 0 and p >= 1 gives the first arrival p published over 0 arrivals.
+__device__ __forceinline__ bool TicketImpossible(uint32_t ticket, int32_t num_splits) {
+  const uint32_t arrived = ticket & (kPublishedOne - 1u);
+  return arrived >= static_cast<uint32_t>(num_splits) || ticket / kPublishedOne > arrived;
+}
+
+// Records the first impossible ticket of the launch (later ones keep the first): the status
+// record's {code, counter index, ticket}, then the same in the host mirror, code last and
+// fenced, so a host that sees the code sees the rest.
+inline __device__ void ReportDirtyCounter(const AttentionKernelParams& p, const uint32_t* counter,
+                                                uint32_t ticket) {
+  if (atomicCAS(p.status, 0u, kStatusDirtyCounter) != 0u) return;
+  const auto index = static_cast<uint32_t>(counter - p.counters);
+  p.status[1] = index;
+  p.status[2] = ticket;
+  if (p.status_host != nullptr) {
+    volatile uint32_t* host = p.status_host;
+    host[1] = index;
+    host[2] = ticket;
+    __threadfence_system();
+    host[0] = kStatusDirtyCounter;
+  }
+}
+
 // Step 1, called by every thread once the CTA's main loop is done: thread 0 counts the CTA
 // in and gets the word before its add (the ticket; 0 for the other threads).
 __device__ __forceinline__ uint32_t CountSplitIn(const AttentionKernelParams& p, int32_t request, int32_t kv_head,
@@ -183,20 +223,32 @@ __device__ __forceinline__ uint32_t CountSplitIn(const AttentionKernelParams& p,
 }
 
 // A merged row as the final output (WriteRowResult's one-split semantics): `merged` is the
-// lane's kElems elements weighted by exp(max - global_max) * sum_exp, `total` their weights'
-// sum (0: no split saw a key).
+// lane's kElems elements, sum_s (w_s / total) * partial_s with w_s = sum_exp_s *
+// exp(max_s - global_max), and `total` the weights' sum (0: no split saw a key). Weighing
+// by w_s / total rather than scaling the sum by 1 / total makes one non-empty split give back
+// its partial exactly (w / w == 1), the bits a one-split launch writes for that row.
 template <typename T, int kElems>
 __device__ __forceinline__ void StoreMergedRow(const AttentionKernelParams& p, RowTarget at,
                                                const float (&merged)[kElems], float global_max, float total) {
   const int lane = threadIdx.x % 32;
   const bool seen = total > 0.0f;
-  float scale = seen ? 1.0f / total : 0.0f, lse = seen ? global_max + logf(total) : SPLITKV_NEG_INF;
-  RowWithSink(p, at.head, global_max, total, seen, scale, lse);  // the sink enters once, here
+  float lse = seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+  const float keep = SinkKeep(p, at.head, global_max, total, seen, lse);  // the sink enters once, here
   T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
-  StoreRow<T, kElems>(dst, merged, scale, p.out_vec);
+  if (seen) {
+    StoreRow<T, kElems>(dst, merged, keep, p.out_vec);
+  } else {
+    const float zeros[kElems] = {};  // +0, as a one-split launch writes a row with no key
+    StoreRow<T, kElems>(dst, zeros, 1.0f, p.out_vec);
+  }
   if (lane == 0 && p.lse != nullptr) {
     p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = lse;
   }
+}
+
+// A split's share of the merged row: w / total, 0 when no split saw a key (total == 0).
+__device__ __forceinline__ float MergeShare(float weight, float total) {
+  return total > 0.0f ? __fdiv_rn(weight, total) : 0.0f;
 }
 
 // Whether MergeFromShared can merge this tile: at most 32 splits whose partial rows fit in
@@ -240,10 +292,12 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
     const float weight =
         global_max != SPLITKV_NEG_INF && st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
     const float total = WarpSum(weight);
+    const float share = MergeShare(weight, total);
     MbarrierWait(bar, 0);
+    // -0 + x == x for every x (+0 + -0 would be +0): one split's -0 elements stay -0.
     float merged[kElems];
 #pragma unroll
-    for (int e = 0; e < kElems; ++e) merged[e] = 0.0f;
+    for (int e = 0; e < kElems; ++e) merged[e] = -0.0f;
     // Four splits' weights and rows are fetched before their sums, so the shuffle and
     // shared-load latencies overlap (one at a time: 0.9 us for 31 splits on the H200, 0.65
     // this way). An empty split (weight 0) contributes nothing, as in the register path.
@@ -251,7 +305,7 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
       float w[4], part[4][kElems];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        w[u] = __shfl_sync(0xffffffffu, weight, (s0 + u) & 31);
+        w[u] = __shfl_sync(0xffffffffu, share, (s0 + u) & 31);
         LoadFloats<kElems, false>(part[u], scratch + (row * num_splits + min(s0 + u, num_splits - 1)) * kHeadDim +
                                                lane * kElems);
       }
@@ -286,10 +340,20 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
   if (threadIdx.x == 0) {
     uint32_t* counter = TileCounter(p, request, kv_head, q_tile);
     const uint32_t others = static_cast<uint32_t>(p.num_splits) - 1u;
-    const bool last = (ticket & (kPublishedOne - 1u)) == others;
+    const bool dirty = TicketImpossible(ticket, p.num_splits);
+    if (dirty) ReportDirtyCounter(p, counter, ticket);
+    bool last = !dirty && (ticket & (kPublishedOne - 1u)) == others;
     if (last) {
+      // On a dirty start the count may never reach `others` (or pass it early): some CTA of
+      // this tile then holds an impossible ticket and records it, which ends the wait.
       while (LoadAcquireGpu(counter) / kPublishedOne != others) {
+        if (LoadRelaxedGpu(p.status) != 0u) {
+          last = false;
+          break;
+        }
       }
+    }
+    if (last) {
       atomicExch(counter, 0u);
       if (shared_merge) {
         FenceProxyAsyncGlobal();  // the acquired partials are read by the copy engine
@@ -341,33 +405,37 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
       if (st.y > 0.0f) global_max = fmaxf(global_max, st.x);
     }
     global_max = WarpMax(global_max);
+    // The weights' total first (lane k sums splits k, k + 32, ...; then a butterfly), so
+    // each split's share w / total is known before the sums below.
+    auto weight_of = [&](int split) {
+      const float2 st = split == lane ? first
+                                      : __ldcg(stats + PartialIndex(p.layout_shape, num_splits, split, at.token, at.head));
+      return st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
+    };
+    float total = 0.0f;
+    if (global_max != SPLITKV_NEG_INF) {
+      for (int s = lane; s < num_splits; s += 32) total += weight_of(s);
+      total = WarpSum(total);
+    }
+    // -0 + x == x for every x (+0 + -0 would be +0): one split's -0 elements stay -0.
     float merged[kElems];
 #pragma unroll
-    for (int e = 0; e < kElems; ++e) merged[e] = 0.0f;
-    float total = 0.0f;
+    for (int e = 0; e < kElems; ++e) merged[e] = -0.0f;
     if (global_max != SPLITKV_NEG_INF) {
       for (int base = 0; base < num_splits; base += 32) {
         const int count = min(32, num_splits - base);
-        float weight = 0.0f;
-        if (lane < count) {
-          const float2 st = base == 0 ? first
-                                      : __ldcg(stats + PartialIndex(p.layout_shape, num_splits, base + lane,
-                                                                    at.token, at.head));
-          if (st.y > 0.0f) weight = st.y * exp2f((st.x - global_max) * kLog2e);
-        }
-        total += weight;
+        const float share = lane < count ? MergeShare(weight_of(base + lane), total) : 0.0f;
         for (int k0 = 0; k0 < count; k0 += kBatch) {
           if (base + k0 > 0) load_batch(part, base + k0, count - k0);
 #pragma unroll
           for (int u = 0; u < kBatch; ++u) {
-            const float w = __shfl_sync(0xffffffffu, weight, (k0 + u) & 31);
+            const float w = __shfl_sync(0xffffffffu, share, (k0 + u) & 31);
             if (k0 + u >= count || w == 0.0f) continue;  // an empty split contributes nothing
 #pragma unroll
             for (int e = 0; e < kElems; ++e) merged[e] += w * part[u][e];
           }
         }
       }
-      total = WarpSum(total);
     }
     StoreMergedRow<T, kElems>(p, at, merged, global_max, total);
   }
