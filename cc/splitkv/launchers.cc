@@ -25,6 +25,31 @@ constexpr int64_t kMaxQLen = INT32_MAX;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Checks shared by both operations: dtype, heads, head_dim, options, workspace.
+// An fp8 KV cache: q float16/bfloat16, finite scales, the CPU backend; otherwise no scales.
+void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv) {
+  if (!kv.fp8_e4m3) {
+    if (kv.k_scale != 1.0f || kv.v_scale != 1.0f || kv.k_scales != nullptr || kv.v_scales != nullptr) {
+      check.Fail("k_scale/v_scale", "set without an fp8 KV cache",
+                 "scales 1 and no per-head scales (they apply to a float8_e4m3fn cache only)",
+                 std::to_string(kv.k_scale) + ", " + std::to_string(kv.v_scale) +
+                     (kv.k_scales != nullptr || kv.v_scales != nullptr ? " and per-head scales" : ""));
+    }
+    return;
+  }
+  if (backend == Backend::kCuda) {
+    throw UnsupportedError(std::string(check.op()) +
+                           ": a float8_e4m3fn KV cache is not supported on cuda: expected a "
+                           "float16 or bfloat16 cache there (fp8 runs on the cpu backend), got "
+                           "float8_e4m3fn");
+  }
+  if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    check.Fail("dtype", "unsupported with a float8_e4m3fn KV cache", "q float16 or bfloat16",
+               std::to_string(static_cast<int32_t>(dtype)) + " (float32)");
+  }
+  if (!std::isfinite(kv.k_scale)) check.Fail("k_scale", "is not finite", "a finite scale", std::to_string(kv.k_scale));
+  if (!std::isfinite(kv.v_scale)) check.Fail("v_scale", "is not finite", "a finite scale", std::to_string(kv.v_scale));
+}
+
 void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t num_qo_heads,
                  int64_t num_kv_heads, int64_t head_dim, const AttentionOptions& options,
                  const WorkspaceBuffer& workspace) {
@@ -230,6 +255,7 @@ void RunCpuLaunch(const SplitPlan& plan, const WorkspaceBuffer& ws, const Launch
 
 void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
+  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage);
   check.AtLeast("batch_size", p.batch_size, 0);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("num_pages", p.num_pages, 1);
@@ -294,6 +320,7 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
 
 void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
+  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage);
   check.AtLeast("batch_size", p.batch_size, 0);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("total_kv", p.total_kv, 0);

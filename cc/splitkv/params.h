@@ -27,6 +27,21 @@ namespace splitkv {
 // backend only (UnsupportedError on CUDA). Accumulation is float32 whatever the dtype.
 enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// How k and v are stored. By default they are `dtype`, like q. fp8_e4m3: they are float8
+// e4m3fn bytes (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
+// 0x7f/0xff are NaN) whose true value is stored x scale: k_scale for k and v_scale for v,
+// or the per-kv-head arrays when given. q and out are then float16 or bfloat16. The CPU
+// backend only for now (UnsupportedError on CUDA). Without fp8_e4m3 the scales must stay at
+// their defaults (1, null).
+struct KvStorage {
+  bool fp8_e4m3 = false;
+  float k_scale = 1.0f;  // per-tensor scales, finite; used where the arrays below are null
+  float v_scale = 1.0f;
+  // Per-kv-head scales, float32 [num_kv_heads] (host memory on the CPU backend), or null.
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+};
+
 // Where the call runs. kCuda needs a build with the CUDA backend (CudaBackendAvailable()).
 enum class Backend : int32_t { kCpu = 0, kCuda = 1 };
 
@@ -56,6 +71,15 @@ struct AttentionOptions {
   // order. Bits are the same for one build and instruction set (the CPU's SPLITKV_CPU_ISA);
   // they differ from the default mode's. Requires num_splits == 0 (the split rule is fixed).
   bool batch_invariant = false;
+  // Attention sinks, or null for none: sinks[h] (float32, num_qo_heads entries; host memory
+  // on the CPU backend, device memory on CUDA) is one extra logit of every row of qo head h,
+  // in natural-log units, NOT multiplied by sm_scale nor soft-capped, whose value vector is
+  // zero: p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k)), and lse becomes
+  // log(exp(sinks[h]) + sum_k exp(s_k)). A row that sees no key gets out 0 and lse sinks[h].
+  // The sink enters each row once, when its result is written (with num_splits > 1: in the
+  // merge, never in a partial). -inf means no sink for that head; NaN or +inf give NaN rows
+  // (values are not checked).
+  const float* sinks = nullptr;
 };
 
 // The caller's workspace (workspace_layout.h): bytes [0, kCounterRegionBytes) must be zero
@@ -81,7 +105,7 @@ struct WorkspaceBuffer {
 // block_tables[b][t / page_size] at slot t % page_size; its q_len queries are its last
 // q_len tokens (query i at position seq_lens[b] - q_len + i). A row that sees no key
 // (seq_lens[b] 0, q_len > seq_lens[b] under causal, a window excluding all) gets out 0 and
-// lse -inf. KV slots past seq_lens[b] and pages not listed are never read into a result.
+// lse -inf (options.sinks: lse sinks[h]). KV slots past seq_lens[b] and pages not listed are never read into a result.
 struct PagedAttentionParams {
   // q [total_q, num_qo_heads, head_dim] of `dtype`; request b owns rows
   // cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (row b when cu_seqlens_q is null).
@@ -115,7 +139,8 @@ struct PagedAttentionParams {
   int64_t out_stride_token = 0;
   int64_t out_stride_head = 0;
   // lse [total_q, num_qo_heads] float32 contiguous, or null: natural-log log-sum-exp of
-  // the scaled (and capped) logits over the visible keys; -inf for a row that sees none.
+  // the scaled (and capped) logits over the visible keys, plus the sink when options.sinks
+  // is set; -inf (or sinks[h]) for a row that sees none.
   float* lse = nullptr;
 
   int64_t batch_size = 0;         // requests, >= 0
@@ -135,6 +160,7 @@ struct PagedAttentionParams {
   int64_t max_kv_len = 0;
 
   DType dtype = DType::kFloat16;
+  KvStorage kv_storage;  // k_cache / v_cache as `dtype` (default) or fp8 with scales
   Backend backend = Backend::kCpu;
   // cudaStream_t for Backend::kCuda (null: the legacy default stream); unused on the CPU.
   void* stream = nullptr;
@@ -147,7 +173,7 @@ struct PagedAttentionParams {
 // Request b owns q rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 and k/v rows
 // cu_seqlens_kv[b] .. cu_seqlens_kv[b+1] - 1; its queries are the last q_len of its kv_len
 // tokens (query i at position kv_len - q_len + i). Empty requests are allowed; a row that
-// sees no key gets out 0 and lse -inf. Field meanings, units and memory as in
+// sees no key gets out 0 and lse -inf (or sinks[h]). Field meanings, units and memory as in
 // PagedAttentionParams.
 struct RaggedAttentionParams {
   // q [total_q, num_qo_heads, head_dim]; k, v [total_kv, num_kv_heads, head_dim]; `dtype`;
@@ -181,6 +207,7 @@ struct RaggedAttentionParams {
   int64_t max_kv_len = 0;  // upper bound on kv_len (heuristic only); 0 means total_kv
 
   DType dtype = DType::kFloat16;
+  KvStorage kv_storage;  // k / v as `dtype` (default) or fp8 with scales
   Backend backend = Backend::kCpu;
   void* stream = nullptr;  // cudaStream_t for Backend::kCuda (null: default stream)
   AttentionOptions options;

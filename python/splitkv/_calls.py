@@ -53,13 +53,29 @@ def _query(op, q):
     return dtype, backend
 
 
-def _operand(op, name, x, q, ndim, shape_doc):
-    """A tensor of q's dtype and device with a dense last dimension."""
+def _operand(op, name, x, q, ndim, shape_doc, kv=False):
+    """A tensor of q's dtype (or fp8 for K/V: `kv`) and device with a dense last dimension."""
     _checks.tensor(op, name, x)
     _checks.device(op, name, x, q.device)
     _checks.rank(op, name, x, ndim, shape_doc)
-    _checks.same_dtype(op, name, x, "q", q)
+    if kv:
+        _checks.kv_dtype(op, name, x, q)
+    else:
+        _checks.same_dtype(op, name, x, "q", q)
     _checks.inner_stride(op, name, x)
+
+
+def _kv_storage(op, k, q, num_kv_heads, k_scale, v_scale):
+    """The C++ KvStorage: fp8 (float8_e4m3fn) K/V with their scales, or as q."""
+    storage = _splitkv.KvStorage()
+    fp8 = k.dtype == torch.float8_e4m3fn
+    if fp8 or k_scale is not None or v_scale is not None:
+        storage.fp8_e4m3 = fp8
+        storage.k_scale, storage.k_scales = _checks.kv_scale(op, "k_scale", k_scale, fp8, k.dtype,
+                                                             num_kv_heads, q)
+        storage.v_scale, storage.v_scales = _checks.kv_scale(op, "v_scale", v_scale, fp8, k.dtype,
+                                                             num_kv_heads, q)
+    return storage
 
 
 def _head_dim(op, name, head_dim, q):
@@ -163,11 +179,12 @@ def _paged_kv(op, kv_cache, kv_layout, q):
                          f"{len(kv_cache)} items")
         (k, v), names = kv_cache, ("kv_cache[0]", "kv_cache[1]")
         for name, x in zip(names, (k, v)):
-            _operand(op, name, x, q, 4, f"{shape} ({kv_layout})")
+            _operand(op, name, x, q, 4, f"{shape} ({kv_layout})", kv=True)
+        _checks.same_dtype(op, names[1], v, names[0], k)
         _checks.same_shape(op, names[1], v, names[0], k)
     else:
         five_d = shape.replace("[num_pages, ", "[num_pages, 2, ")
-        _operand(op, "kv_cache", kv_cache, q, 5, f"{five_d} ({kv_layout})")
+        _operand(op, "kv_cache", kv_cache, q, 5, f"{five_d} ({kv_layout})", kv=True)
         _checks.dim(op, "kv_cache", kv_cache, 1, 2, "k and v")
         k, v, names = kv_cache[:, 0], kv_cache[:, 1], ("kv_cache", "kv_cache")
     _head_dim(op, names[0], k.shape[3], q)
@@ -176,7 +193,7 @@ def _paged_kv(op, kv_cache, kv_layout, q):
 
 def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                   sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch, batch_invariant=False):
+                  max_q_len, launch, batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     dtype, backend = _query(op, q)
     k, v = _paged_kv(op, kv_cache, kv_layout, q)
     _index(op, "block_tables", block_tables, q, 2)
@@ -193,12 +210,15 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 1, "an int >= 1")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits,
                        batch_invariant)
+    options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v)], "tensor",
+    _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v),
+                                      ("sinks", sinks)], "tensor",
                      "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
-        ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse)])
+        ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse),
+        ("sinks", sinks)])
 
     params = _splitkv.PagedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -210,6 +230,7 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
         v.stride(page_axis), v.stride(head_axis), v.stride(slot_axis))
     params.num_pages, params.num_kv_heads, params.page_size = (
         k.shape[page_axis], k.shape[head_axis], k.shape[slot_axis])
+    params.kv_storage = _kv_storage(op, k, q, params.num_kv_heads, k_scale, v_scale)
     params.block_tables = block_tables.data_ptr()
     # One row: its stride is meaningless to torch (may be anything), not to the kernels.
     params.block_tables_stride = block_tables.stride(0) if batch_size > 1 else max_pages_per_seq
@@ -230,11 +251,12 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
 
 def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
                    window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch,
-                   batch_invariant=False):
+                   batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     dtype, backend = _query(op, q)
     kv_shape = "[total_kv, num_kv_heads, head_dim]"
-    _operand(op, "k", k, q, 3, kv_shape)
-    _operand(op, "v", v, q, 3, kv_shape)
+    _operand(op, "k", k, q, 3, kv_shape, kv=True)
+    _operand(op, "v", v, q, 3, kv_shape, kv=True)
+    _checks.same_dtype(op, "v", v, "k", k)
     _checks.same_shape(op, "v", v, "k", k)
     _head_dim(op, "k", k.shape[2], q)
     _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
@@ -251,12 +273,13 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, 0, "an int >= 0")
     options = _options(op, q.shape[2], causal, sm_scale, window_left, logits_soft_cap, num_splits,
                        batch_invariant)
+    options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v)], "tensor",
+    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v), ("sinks", sinks)], "tensor",
                      "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse)])
+        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse), ("sinks", sinks)])
 
     params = _splitkv.RaggedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -267,6 +290,7 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
     params.cu_seqlens_kv = cu_seqlens_kv.data_ptr()
     params.batch_size = batch_size
     params.total_kv, params.num_kv_heads = k.shape[0], k.shape[1]
+    params.kv_storage = _kv_storage(op, k, q, k.shape[1], k_scale, v_scale)
     params.max_q_len = max_q_len
     if q.device.type == "cpu":
         # The split heuristic's bound on keys; free to read on the host (0: total_kv).
@@ -430,15 +454,27 @@ def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seql
             workspace_signature, options, tuple(map(type, options)))
 
 
+class _FullPath(Exception):
+    """A call the layout cache does not serve."""
+
+
+def _tensor_options(*values):
+    """Whether any of `values` is a tensor (sinks, per-head scales): the cached params would
+    keep the first call's address, so such calls take the full path every time."""
+    return any(isinstance(x, torch.Tensor) for x in values)
+
+
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-               max_q_len, batch_invariant=False):
+               max_q_len, batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     """Runs paged attention; returns (out, lse). The per-call path when the layout is
     known, else (and to refuse) the full path, which then remembers the layout."""
     # Every argument the full path's checks read, except tensor addresses and index values.
     options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
-               return_lse, max_q_len, batch_invariant)
+               return_lse, max_q_len, batch_invariant, k_scale, v_scale)
     try:
+        if _tensor_options(sinks, k_scale, v_scale):
+            raise _FullPath
         view = _workspace_view(workspace)
         key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
         layout = _layouts.get(key)
@@ -463,7 +499,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
         causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=True, batch_invariant=batch_invariant)
+        launch=True, batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     if key is not None and layout is None:
         _remember(key, _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q,
                                      out, max_q_len))
@@ -497,11 +533,13 @@ def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, 
 
 def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
                 window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-                batch_invariant=False):
+                batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     """Runs ragged attention; returns (out, lse). Paths as :func:`paged_call`."""
     options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len,
-               batch_invariant)
+               batch_invariant, k_scale, v_scale)
     try:
+        if _tensor_options(sinks, k_scale, v_scale):
+            raise _FullPath
         view = _workspace_view(workspace)
         key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options)
         layout = _layouts.get(key)
@@ -521,7 +559,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True,
-        batch_invariant=batch_invariant)
+        batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     if key is not None and layout is None:
         _remember(key, _Layout(params, _splitkv.LaunchRaggedFrom, q,
                                (q, k, v, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,

@@ -8,6 +8,8 @@ shapes between tensors. Every message has the form
 TypeError, everything else ValueError.
 """
 
+import math
+
 import torch
 
 from splitkv import _splitkv
@@ -96,6 +98,69 @@ def device(op, name, x, ref_device):
     if x.device != ref_device:
         fail(op, f"{name} device", "mismatch", f"{ref_device} (q's device)", x.device,
              f"move {name} to {ref_device}")
+
+
+def sinks(op, x, q):
+    """The address of ``sinks`` (0 for None): float32 ``[num_qo_heads]``, contiguous, on q's
+    device. Refused, not converted: a float16 or int sink would change the softmax."""
+    if x is None:
+        return 0
+    tensor(op, "sinks", x)
+    if x.dtype != torch.float32:
+        fail(op, "sinks", "dtype unsupported", "torch.float32", x.dtype, "pass sinks.float()",
+             error=TypeError)
+    device(op, "sinks", x, q.device)
+    rank(op, "sinks", x, 1, "[num_qo_heads]")
+    dim(op, "sinks", x, 0, q.shape[1], "num_qo_heads, q.shape[1]")
+    contiguous(op, "sinks", x)
+    return x.data_ptr()
+
+
+def kv_dtype(op, name, x, q):
+    """k / v / kv_cache: q's dtype, or torch.float8_e4m3fn (an fp8 cache) with float16 or
+    bfloat16 q. Returns whether it is fp8."""
+    fp8 = x.dtype == torch.float8_e4m3fn
+    if x.dtype == q.dtype or (fp8 and q.dtype in (torch.float16, torch.bfloat16)):
+        return fp8
+    if fp8:
+        fail(op, f"{name} dtype", "unsupported with q " + str(q.dtype),
+             "q torch.float16 or torch.bfloat16 with a torch.float8_e4m3fn cache", x.dtype,
+             error=TypeError)
+    if x.dtype.is_floating_point and x.dtype.itemsize == 1:  # e5m2 and the other fp8 formats
+        fail(op, name, "dtype unsupported",
+             f"{q.dtype} (the dtype of q) or torch.float8_e4m3fn (fp8 with k_scale, v_scale)",
+             x.dtype, error=TypeError)
+    same_dtype(op, name, x, "q", q)
+    return False
+
+
+def kv_scale(op, name, scale, fp8, kv_dtype_, num_kv_heads, q):
+    """(value, address) of k_scale / v_scale: a finite float (address 0) or a float32
+    [num_kv_heads] tensor on q's device (value 1). Only with an fp8 cache, and required there."""
+    if not fp8:
+        if scale is not None:
+            got = f"a {scale.dtype} tensor" if isinstance(scale, torch.Tensor) else repr(scale)
+            fail(op, name, "given without an fp8 KV cache",
+                 f"None (scales apply to a torch.float8_e4m3fn cache; this one is {kv_dtype_})",
+                 got)
+        return 1.0, 0
+    if scale is None:
+        fail(op, name, "is missing",
+             "a float or a float32 tensor [num_kv_heads] with a torch.float8_e4m3fn KV cache",
+             None)
+    if isinstance(scale, torch.Tensor):
+        if scale.dtype != torch.float32:
+            fail(op, name, "dtype unsupported", "torch.float32", scale.dtype, f"pass {name}.float()",
+                 error=TypeError)
+        device(op, name, scale, q.device)
+        rank(op, name, scale, 1, "[num_kv_heads]")
+        dim(op, name, scale, 0, num_kv_heads, "num_kv_heads")
+        contiguous(op, name, scale)
+        return 1.0, scale.data_ptr()
+    value = real(op, name, scale)
+    if not math.isfinite(value):
+        fail(op, name, "is not finite", "a finite scale", repr(value))
+    return value, 0
 
 
 def backend(op, dev):

@@ -79,14 +79,23 @@ void BindLayout(py::module_& m) {
 }
 
 void BindOptions(py::module_& m) {
-  py::class_<AttentionOptions>(m, "AttentionOptions")
-      .def(py::init<>())
+  py::class_<AttentionOptions> options(m, "AttentionOptions");
+  options.def(py::init<>())
       .def_readwrite("causal", &AttentionOptions::causal)
       .def_readwrite("window_left", &AttentionOptions::window_left)
       .def_readwrite("logits_soft_cap", &AttentionOptions::logits_soft_cap)
       .def_readwrite("sm_scale", &AttentionOptions::sm_scale)
       .def_readwrite("num_splits", &AttentionOptions::num_splits)
       .def_readwrite("batch_invariant", &AttentionOptions::batch_invariant);
+        PointerField(options, "sinks", &AttentionOptions::sinks);
+
+  py::class_<KvStorage> kv_storage(m, "KvStorage");
+  kv_storage.def(py::init<>())
+      .def_readwrite("fp8_e4m3", &KvStorage::fp8_e4m3)
+      .def_readwrite("k_scale", &KvStorage::k_scale)
+      .def_readwrite("v_scale", &KvStorage::v_scale);
+  PointerField(kv_storage, "k_scales", &KvStorage::k_scales);
+  PointerField(kv_storage, "v_scales", &KvStorage::v_scales);
 
   py::class_<WorkspaceBuffer> workspace(m, "WorkspaceBuffer");
   workspace.def(py::init<>()).def_readwrite("bytes", &WorkspaceBuffer::bytes);
@@ -130,6 +139,7 @@ void BindPagedParams(py::module_& m) {
       .def_readwrite("max_kv_len", &P::max_kv_len)
       .def_readwrite("dtype", &P::dtype)
       .def_readwrite("backend", &P::backend)
+      .def_readwrite("kv_storage", &P::kv_storage)
       .def_readwrite("options", &P::options)
       .def_readwrite("workspace", &P::workspace);
 }
@@ -164,6 +174,7 @@ void BindRaggedParams(py::module_& m) {
       .def_readwrite("max_kv_len", &P::max_kv_len)
       .def_readwrite("dtype", &P::dtype)
       .def_readwrite("backend", &P::backend)
+      .def_readwrite("kv_storage", &P::kv_storage)
       .def_readwrite("options", &P::options)
       .def_readwrite("workspace", &P::workspace);
 }

@@ -56,7 +56,8 @@ class Plan:
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                    max_q_len=None, batch_invariant=False):
+                    max_q_len=None, batch_invariant=False,
+                    sinks=None, k_scale=None, v_scale=None):
     """Attention of new query tokens over a paged KV cache (decode, speculative decode,
     chunked prefill), split-KV merged inside one launch.
 
@@ -72,7 +73,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         CPU), on the CPU or a CUDA device; last dimension dense. ``total_q`` is
         ``batch_size`` (one token per request) unless ``cu_seqlens_q`` is given.
     kv_cache : torch.Tensor or (torch.Tensor, torch.Tensor)
-        q's dtype and device. HND: ``[num_pages, 2, num_kv_heads, page_size, head_dim]``;
+        q's dtype (or ``torch.float8_e4m3fn``: see ``k_scale``) and device. HND: ``[num_pages, 2, num_kv_heads, page_size, head_dim]``;
         NHD: ``[num_pages, 2, page_size, num_kv_heads, head_dim]`` (index 0 of dim 1 is
         k, 1 is v); or a ``(k, v)`` pair of ``[num_pages, num_kv_heads, page_size,
         head_dim]`` (HND) or ``[num_pages, page_size, num_kv_heads, head_dim]`` (NHD)
@@ -129,6 +130,22 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         or wgmma prefill kernels) and the workspace must hold every split's partials,
         ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
         splits in one task when they do not fit.
+    sinks : torch.Tensor, optional
+        Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
+        device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
+        units, not multiplied by ``sm_scale`` nor soft-capped) whose value is zero:
+        ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
+        ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
+        ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
+        sink for that head. Default None: no sinks. A call with sinks (or per-head scales)
+        takes the full argument checks every time (its tensors are not cached).
+    k_scale, v_scale : float or torch.Tensor, optional
+        Keyword-only, for an fp8 cache and required with one: K/V of dtype
+        ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
+        ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
+        V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
+        (one scale per kv head). CPU backend only for now: CUDA refuses an fp8 cache.
+        Default None: K/V are q's dtype, and giving a scale then is an error.
 
     Returns
     -------
@@ -138,22 +155,27 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, contiguous, the
         natural-log ``log(sum_j exp(logit_j))`` over the visible keys (scaled and capped
-        logits); ``-inf`` for a row that sees no key.
+        logits, plus the sink when given); ``-inf`` (``sinks[h]``) for a row that sees no
+        key.
 
     Raises
     ------
     TypeError
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; an index tensor is not int32 (int64 is refused, not converted); the
-        workspace is not uint8.
+        workspace is not uint8; ``sinks`` or a scale tensor is not float32; K/V of another
+        fp8 format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q.
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
-        batch_size), a non-dense last dimension, or an unknown kv_layout; and from the
+        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
+        ``[num_kv_heads]``), a non-dense last dimension, or an unknown kv_layout; an fp8
+        cache without ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
         of range, cu_seqlens_q not a prefix sum from 0, a workspace too small (for the
         counter region or a forced num_splits), misaligned, its counter region corrupted,
         or in use by another thread; out overlapping an input or itself; a head_dim the
-        backend does not support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
+        backend does not support, float32 or an fp8 cache on CUDA, or a CUDA tensor in a
+        CPU-only build.
     RuntimeError
         A CUDA call failed.
 
@@ -175,18 +197,20 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
             q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
-            out=out, max_q_len=max_q_len, batch_invariant=batch_invariant)
+            out=out, max_q_len=max_q_len, batch_invariant=batch_invariant, sinks=sinks,
+            k_scale=k_scale, v_scale=v_scale)
     out, lse = _calls.paged_call(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        batch_invariant)
+        batch_invariant, sinks, k_scale, v_scale)
     return (out, lse) if return_lse else out
 
 
 def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                          kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                          logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                         max_q_len=None, batch_invariant=False):
+                         max_q_len=None, batch_invariant=False,
+                         sinks=None, k_scale=None, v_scale=None):
     """The plan :func:`paged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`paged_attention`'s arguments. Checks the tensors, shapes and
@@ -211,7 +235,8 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
     params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=False, batch_invariant=batch_invariant)
+        launch=False, batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale,
+        v_scale=v_scale)
     return Plan._from_ext(_calls.run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
 
 
@@ -220,7 +245,8 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                     return_lse=False, out=None, max_q_len=None, batch_invariant=False):
+                     return_lse=False, out=None, max_q_len=None, batch_invariant=False,
+                     sinks=None, k_scale=None, v_scale=None):
     """Attention over ragged (packed, variable-length) q, k, v: prefill of a batch of
     requests, split-KV merged inside one launch.
 
@@ -234,7 +260,8 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``[total_q, num_qo_heads, head_dim]``, float16 or bfloat16 (float32 too on the
         CPU), on the CPU or a CUDA device; last dimension dense.
     k, v : torch.Tensor
-        ``[total_kv, num_kv_heads, head_dim]``, q's dtype and device, any strides with a
+        ``[total_kv, num_kv_heads, head_dim]``, q's dtype (or ``torch.float8_e4m3fn``: see
+        ``k_scale``) and device, any strides with a
         dense last dimension. ``num_qo_heads`` must be a multiple of ``num_kv_heads``;
         head_dim 64, 128 or 256 on CUDA.
     cu_seqlens_q, cu_seqlens_kv : torch.Tensor
@@ -277,6 +304,22 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         or wgmma prefill kernels) and the workspace must hold every split's partials,
         ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
         splits in one task when they do not fit.
+    sinks : torch.Tensor, optional
+        Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
+        device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
+        units, not multiplied by ``sm_scale`` nor soft-capped) whose value is zero:
+        ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
+        ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
+        ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
+        sink for that head. Default None: no sinks. A call with sinks (or per-head scales)
+        takes the full argument checks every time (its tensors are not cached).
+    k_scale, v_scale : float or torch.Tensor, optional
+        Keyword-only, for an fp8 cache and required with one: K/V of dtype
+        ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
+        ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
+        V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
+        (one scale per kv head). CPU backend only for now: CUDA refuses an fp8 cache.
+        Default None: K/V are q's dtype, and giving a scale then is an error.
 
     Returns
     -------
@@ -284,22 +327,26 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``[total_q, num_qo_heads, head_dim]``, q's dtype; 0 for a row that sees no key.
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, natural-log
-        log-sum-exp of the visible (scaled, capped) logits; ``-inf`` for a row with none.
+        log-sum-exp of the visible (scaled, capped) logits and the sink when given;
+        ``-inf`` (``sinks[h]``) for a row with none.
 
     Raises
     ------
     TypeError
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; cu_seqlens are not int32 (int64 is refused, not converted); the workspace
-        is not uint8.
+        is not uint8; ``sinks`` or a scale tensor is not float32; K/V of another fp8
+        format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q.
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
-        batch_size), a non-dense last dimension; and from the C++ core: num_qo_heads not
+        batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
+        ``[num_kv_heads]``), a non-dense last dimension; an fp8 k/v without
+        ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and from the C++ core: num_qo_heads not
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at
         total_q / total_kv, a workspace too small (for the counter region or a forced
         num_splits), misaligned, its counter region corrupted, or in use by another
         thread; out overlapping an input or itself; a head_dim the backend does not
-        support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
+        support, float32 or fp8 k/v on CUDA, or a CUDA tensor in a CPU-only build.
     RuntimeError
         A CUDA call failed.
 
@@ -316,16 +363,19 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         return ops.ragged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
-            return_lse=return_lse, out=out, max_q_len=max_q_len, batch_invariant=batch_invariant)
+            return_lse=return_lse, out=out, max_q_len=max_q_len, batch_invariant=batch_invariant,
+            sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     out, lse = _calls.ragged_call(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant)
+        logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant, sinks, k_scale,
+        v_scale)
     return (out, lse) if return_lse else out
 
 
 def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                           sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                          return_lse=False, out=None, max_q_len=None, batch_invariant=False):
+                          return_lse=False, out=None, max_q_len=None, batch_invariant=False,
+                          sinks=None, k_scale=None, v_scale=None):
     """The plan :func:`ragged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`ragged_attention`'s arguments. Checks the tensors, shapes and
@@ -351,5 +401,5 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
     params, _, _ = _calls.ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False,
-        batch_invariant=batch_invariant)
+        batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     return Plan._from_ext(_calls.run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))

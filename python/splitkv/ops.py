@@ -7,17 +7,18 @@ that the compiler treats as opaque calls with a known effect:
 
 ``torch.ops.splitkv.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, workspace,
 out, lse, cu_seqlens_q, kv_layout, sm_scale, causal, window_left, logits_soft_cap,
-num_splits, max_q_len, batch_invariant) -> ()``
+num_splits, max_q_len, batch_invariant, sinks, k_scale, k_scales, v_scale, v_scales) -> ()``
 
 ``torch.ops.splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, out,
 lse, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len,
-batch_invariant) -> ()``
+batch_invariant, sinks, k_scale, k_scales, v_scale, v_scales) -> ()``
 
 Each op writes ``out`` (and ``lse`` when given) and declares ``workspace`` mutated too: the
 split counters in its first bytes are read, modified and written back to zero, and the
 softmax and scratch regions are overwritten. The compiler therefore keeps the calls in
 order and passes the caller's buffers themselves (no copies). ``v_cache`` is None when
-``k_cache`` is the whole 5-D cache.
+``k_cache`` is the whole 5-D cache. An fp8 cache's scales come as a float (``k_scale``)
+or a tensor (``k_scales``), the other None.
 
 Validation: the functions check Python types (what the op schema would otherwise refuse
 with a less helpful message); every other check runs inside the op, on the real tensors,
@@ -66,18 +67,33 @@ def _launch(op, launcher, params, q, lse, workspace):
     _calls.run(op, launcher, params, q, workspace)
 
 
+def _either(value, tensor):
+    return tensor if tensor is not None else value
+
+
+def _scale_args(op, name, scale):
+    """A k_scale / v_scale as the op's (float, tensor) pair, one of them None."""
+    if scale is None or isinstance(scale, torch.Tensor):
+        return None, scale
+    return _checks.real(op, name, scale), None
+
+
 @torch.library.custom_op("splitkv::paged_attention", mutates_args=_MUTATED)
 def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
               block_tables: torch.Tensor, seq_lens: torch.Tensor, workspace: torch.Tensor,
               out: torch.Tensor, lse: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
               kv_layout: str, sm_scale: Optional[float], causal: bool, window_left: int,
               logits_soft_cap: float, num_splits: Optional[int],
-              max_q_len: Optional[int], batch_invariant: bool = False) -> None:
+              max_q_len: Optional[int], batch_invariant: bool = False,
+              sinks: Optional[torch.Tensor] = None,
+              k_scale: Optional[float] = None, k_scales: Optional[torch.Tensor] = None,
+              v_scale: Optional[float] = None, v_scales: Optional[torch.Tensor] = None) -> None:
     kv_cache = k_cache if v_cache is None else (k_cache, v_cache)
     params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, False, out, max_q_len,
-        launch=True, batch_invariant=batch_invariant)
+        launch=True, batch_invariant=batch_invariant, sinks=sinks, k_scale=_either(k_scale, k_scales),
+        v_scale=_either(v_scale, v_scales))
     _launch(_PAGED, _splitkv.LaunchPagedAttention, params, q, lse, workspace)
 
 
@@ -91,11 +107,15 @@ def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                cu_seqlens_kv: torch.Tensor, workspace: torch.Tensor, out: torch.Tensor,
                lse: Optional[torch.Tensor], causal: bool, sm_scale: Optional[float],
                window_left: int, logits_soft_cap: float, num_splits: Optional[int],
-               max_q_len: Optional[int], batch_invariant: bool = False) -> None:
+               max_q_len: Optional[int], batch_invariant: bool = False,
+               sinks: Optional[torch.Tensor] = None,
+               k_scale: Optional[float] = None, k_scales: Optional[torch.Tensor] = None,
+               v_scale: Optional[float] = None, v_scales: Optional[torch.Tensor] = None) -> None:
     params, _, _ = _calls.ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, False, out, max_q_len, launch=True,
-        batch_invariant=batch_invariant)
+        batch_invariant=batch_invariant, sinks=sinks, k_scale=_either(k_scale, k_scales),
+        v_scale=_either(v_scale, v_scales))
     _launch(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, lse, workspace)
 
 
@@ -144,7 +164,8 @@ def _buffers(op, q, out, return_lse):
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
-                    max_q_len=None, batch_invariant=False):
+                    max_q_len=None, batch_invariant=False, sinks=None, k_scale=None,
+                    v_scale=None):
     """:func:`splitkv.paged_attention` through the custom op ``splitkv::paged_attention``.
 
     Same parameters, results and errors as :func:`splitkv.paged_attention`; usable inside
@@ -179,13 +200,15 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     torch.ops.splitkv.paged_attention(
         q, k_cache, v_cache, block_tables, seq_lens, buffer, out, lse, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, max_q_len,
-        _checks.flag(op, "batch_invariant", batch_invariant))
+        _checks.flag(op, "batch_invariant", batch_invariant), _optional_tensor(op, "sinks", sinks),
+        *_scale_args(op, "k_scale", k_scale), *_scale_args(op, "v_scale", v_scale))
     return (out, lse) if return_lse else out
 
 
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
-                     return_lse=False, out=None, max_q_len=None, batch_invariant=False):
+                     return_lse=False, out=None, max_q_len=None, batch_invariant=False,
+                     sinks=None, k_scale=None, v_scale=None):
     """:func:`splitkv.ragged_attention` through the custom op ``splitkv::ragged_attention``.
 
     Same parameters, results and errors as :func:`splitkv.ragged_attention`; usable inside
@@ -207,5 +230,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     out, lse = _buffers(op, q, out, return_lse)
     torch.ops.splitkv.ragged_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_kv, buffer, out, lse, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, max_q_len, _checks.flag(op, "batch_invariant", batch_invariant))
+        logits_soft_cap, num_splits, max_q_len, _checks.flag(op, "batch_invariant", batch_invariant),
+        _optional_tensor(op, "sinks", sinks), *_scale_args(op, "k_scale", k_scale),
+        *_scale_args(op, "v_scale", v_scale))
     return (out, lse) if return_lse else out

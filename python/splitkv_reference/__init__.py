@@ -5,7 +5,9 @@ keys sits at KV position kv_len - q_len + i (the queries are the last q_len toke
 causal: it sees keys j <= that position; a window w >= 0 also needs j >= position - w; a
 soft cap c > 0 maps the scaled logit s to c * tanh(s / c); LSE is the natural-log
 log-sum-exp of the visible logits. A row that sees no key gets output 0 and LSE -inf,
-never NaN.
+never NaN. Sinks (sinks[h], one per qo head): one extra logit of every row of head h, not
+scaled nor capped, with a zero value vector: it joins the softmax's denominator and the
+LSE, so a row that sees no key gets output 0 and LSE sinks[h].
 
 Masked keys (outside the causal mask or the window, padding past kv_len) never reach a
 result, whatever their K and V hold (NaN included). A non-finite value in a visible q, k
@@ -74,16 +76,21 @@ class _NonfiniteValues:
                        accumulate=True)
 
 
-def _softmax_product(q64, k64_t, v64, visible, nonfinite, sm_scale, logits_soft_cap):
+def _softmax_product(q64, k64_t, v64, visible, nonfinite, sm_scale, logits_soft_cap,
+                     row_sinks=None):
     """q64 [groups, rows, head_dim] against k64_t [groups, head_dim, keys] and v64 [groups,
     keys, head_dim] (non-finite elements zeroed, listed in nonfinite); visible broadcasts to
-    [groups, rows, keys]. Returns out [groups, rows, head_dim] and lse [groups, rows]."""
+    [groups, rows, keys]; row_sinks (float64, broadcasting to [groups, rows]) or None.
+    Returns out [groups, rows, head_dim] and lse [groups, rows]."""
     logits = torch.bmm(q64, k64_t).mul_(sm_scale)
     if logits_soft_cap > 0:
         logits = torch.tanh(logits.div_(logits_soft_cap)).mul_(logits_soft_cap)
     # Filled, not added: a NaN logit of a masked key must vanish too.
     logits.masked_fill_(~visible, float("-inf"))
     lse = torch.logsumexp(logits, dim=-1)  # -inf for a row that sees no key
+    if row_sinks is not None:
+        # The sink's logit joins the denominator; its value vector is zero.
+        lse = torch.logaddexp(lse, row_sinks.expand(lse.shape))
     # A row whose LSE is not finite (none visible, or a NaN / +inf logit) gets weights 0.
     finite = torch.isfinite(lse)
     probs = torch.exp(logits.sub_(torch.where(finite, lse, 0.0)[..., None]))
@@ -94,7 +101,7 @@ def _softmax_product(q64, k64_t, v64, visible, nonfinite, sm_scale, logits_soft_
 
 
 def attention(q, k, v, *, causal=True, sm_scale=None, window_left=-1, logits_soft_cap=0.0,
-              positions=None):
+              positions=None, sinks=None):
     """One request's attention in float64, on q's device.
 
     Parameters
@@ -115,13 +122,16 @@ def attention(q, k, v, *, causal=True, sm_scale=None, window_left=-1, logits_sof
     positions : sequence of int or torch.Tensor, optional
         [q_len] KV position of each query row; default kv_len - q_len + i (the queries are
         the request's last q_len tokens). Lets a caller check a few sampled rows alone.
+    sinks : torch.Tensor, optional
+        [num_qo_heads] sink logits (any float dtype, any device); None: no sinks.
 
     Returns
     -------
     out : torch.Tensor
         [q_len, num_qo_heads, head_dim] float64; 0 in rows that see no key.
     lse : torch.Tensor
-        [q_len, num_qo_heads] float64, natural log; -inf in rows that see no key.
+        [q_len, num_qo_heads] float64, natural log; -inf (sinks[h]) in rows that see no
+        key.
 
     Raises
     ------
@@ -153,6 +163,9 @@ def attention(q, k, v, *, causal=True, sm_scale=None, window_left=-1, logits_sof
     every_key = torch.ones((), dtype=torch.bool, device=device)  # no padding, no absent row
     out = torch.empty((q_len, num_qo_heads, head_dim), dtype=torch.float64, device=device)
     lse = torch.empty((q_len, num_qo_heads), dtype=torch.float64, device=device)
+    # Sinks per (kv head, row of a chunk): rows run (query, group member).
+    head_sinks = None if sinks is None else \
+        sinks.to(device, torch.float64).reshape(num_kv_heads, 1, group)
     rows = max(1, _MAX_SCORE_ELEMENTS // max(1, num_qo_heads * kv_len))
     for begin in range(0, q_len, rows):
         end = min(q_len, begin + rows)
@@ -162,8 +175,10 @@ def attention(q, k, v, *, causal=True, sm_scale=None, window_left=-1, logits_sof
         q64 = q64.transpose(0, 1).reshape(num_kv_heads, n * group, head_dim)
         row_positions = positions[begin:end].repeat_interleave(group)
         visible = _visible(keys, row_positions, every_key, causal, window_left)[None]
+        row_sinks = None if sinks is None else \
+            head_sinks.expand(num_kv_heads, n, group).reshape(num_kv_heads, n * group)
         chunk_out, chunk_lse = _softmax_product(q64, k64_t, v64, visible, nonfinite, sm_scale,
-                                                logits_soft_cap)
+                                                logits_soft_cap, row_sinks)
         out[begin:end] = chunk_out.reshape(num_kv_heads, n, group, head_dim).transpose(0, 1) \
             .reshape(n, num_qo_heads, head_dim)
         lse[begin:end] = chunk_lse.reshape(num_kv_heads, n, group).transpose(0, 1) \
@@ -184,7 +199,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, **options):
     cu_seqlens_q, cu_seqlens_kv : torch.Tensor
         [batch_size + 1] int, on any device.
     **options
-        causal, sm_scale, window_left, logits_soft_cap: as attention().
+        causal, sm_scale, window_left, logits_soft_cap, sinks: as attention().
 
     Returns
     -------
@@ -207,7 +222,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, **options):
 
 
 def padded_attention(q, k, v, q_lens, kv_lens, *, causal=True, sm_scale=None, window_left=-1,
-                     logits_soft_cap=0.0):
+                     logits_soft_cap=0.0, sinks=None):
     """A batch of requests padded to common lengths, in float64 on q's device.
 
     Parameters
@@ -220,7 +235,7 @@ def padded_attention(q, k, v, q_lens, kv_lens, *, causal=True, sm_scale=None, wi
         padding and may hold anything (NaN included): they never reach a result.
     q_lens, kv_lens : torch.Tensor
         [batch_size] int, on any device.
-    causal, sm_scale, window_left, logits_soft_cap
+    causal, sm_scale, window_left, logits_soft_cap, sinks
         As attention().
 
     Returns
@@ -228,7 +243,7 @@ def padded_attention(q, k, v, q_lens, kv_lens, *, causal=True, sm_scale=None, wi
     out : torch.Tensor
         [batch_size, max_q_len, num_qo_heads, head_dim] float64; 0 in rows past q_len.
     lse : torch.Tensor
-        [batch_size, max_q_len, num_qo_heads] float64; -inf in rows past q_len.
+        [batch_size, max_q_len, num_qo_heads] float64; -inf (sinks[h]) in rows past q_len.
     """
     group = _group("padded_attention", q, k)
     batch, max_q_len, num_qo_heads, head_dim = q.shape
@@ -241,6 +256,9 @@ def padded_attention(q, k, v, q_lens, kv_lens, *, causal=True, sm_scale=None, wi
     lse = torch.empty(q.shape[:3], dtype=torch.float64, device=device)
     keys = torch.arange(max_kv_len, device=device)
     query_rows = torch.arange(max_q_len, device=device)
+    # Sinks per (request x kv head, row): rows run (query, group member).
+    head_sinks = None if sinks is None else \
+        sinks.to(device, torch.float64).reshape(1, num_kv_heads, 1, group)
     step = max(1, _MAX_SCORE_ELEMENTS // max(1, max_q_len * num_qo_heads * max_kv_len))
     for begin in range(0, batch, step):
         end = min(batch, begin + step)
@@ -262,8 +280,10 @@ def padded_attention(q, k, v, q_lens, kv_lens, *, causal=True, sm_scale=None, wi
         visible = visible.repeat_interleave(group, dim=1)[:, None] \
             .expand(n, num_kv_heads, max_q_len * group, max_kv_len) \
             .reshape(n * num_kv_heads, max_q_len * group, max_kv_len)
+        row_sinks = None if sinks is None else head_sinks.expand(
+            n, num_kv_heads, max_q_len, group).reshape(n * num_kv_heads, max_q_len * group)
         chunk_out, chunk_lse = _softmax_product(q64, k64_t, v64, visible, nonfinite, sm_scale,
-                                                logits_soft_cap)
+                                                logits_soft_cap, row_sinks)
         out[begin:end] = chunk_out.reshape(n, num_kv_heads, max_q_len, group, head_dim) \
             .permute(0, 2, 1, 3, 4).reshape(n, max_q_len, num_qo_heads, head_dim)
         lse[begin:end] = chunk_lse.reshape(n, num_kv_heads, max_q_len, group) \
@@ -285,7 +305,7 @@ def decode_attention(q, k, v, kv_lens, **options):
     kv_lens : torch.Tensor
         [batch_size] int, on any device; a request with kv_len 0 gets out 0, lse -inf.
     **options
-        sm_scale, window_left, logits_soft_cap: as attention().
+        sm_scale, window_left, logits_soft_cap, sinks: as attention().
 
     Returns
     -------

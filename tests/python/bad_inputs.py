@@ -219,6 +219,85 @@ ROWS = [
     Row("batch_invariant_type", "paged", "batch_invariant not a bool", TypeError,
         _P + "batch_invariant has the wrong type: expected a bool, got 'yes'",
         lambda p, ws, d: _paged_call(p, ws, batch_invariant="yes")),
+    # ---- sinks ----
+    Row("sinks_float16", "paged", "sinks not float32", TypeError,
+        _P + "sinks dtype unsupported: expected torch.float32, got torch.float16; pass "
+        "sinks.float()",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(4, dtype=torch.float16, device=d))),
+    Row("sinks_not_a_tensor", "paged", "sinks a list", TypeError,
+        _P + "sinks has the wrong type: expected a torch.Tensor, got list",
+        lambda p, ws, d: _paged_call(p, ws, sinks=[0.0] * 4)),
+    Row("sinks_shape", "paged", "sinks of another length than num_qo_heads", ValueError,
+        _P + "sinks.shape[0] mismatch: expected 4 (num_qo_heads, q.shape[1]), got 2",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(2, device=d))),
+    Row("sinks_rank", "paged", "sinks 2-D", ValueError,
+        _P + "sinks has the wrong number of dimensions: expected a 1-D tensor [num_qo_heads], "
+        "got shape (1, 4)",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(1, 4, device=d))),
+    Row("sinks_device", "paged", "sinks on another device", ValueError,
+        _P + "sinks device mismatch: expected {device} (q's device), got {other}; move sinks "
+        "to {device}",
+        lambda p, ws, d: _paged_call(p, ws, sinks=torch.zeros(4, device=_other_device(d)))),
+    Row("sinks_not_contiguous", "ragged", "sinks not contiguous", ValueError,
+        _R + "sinks is not contiguous: expected a contiguous tensor, got strides (2,); pass "
+        "sinks.contiguous()",
+        lambda p, ws, d: _ragged_call(p, ws, sinks=torch.zeros(8, device=d)[::2])),
+    Row("sinks_float64_ragged", "ragged", "sinks float64", TypeError,
+        _R + "sinks dtype unsupported: expected torch.float32, got torch.float64; pass "
+        "sinks.float()",
+        lambda p, ws, d: _ragged_call(p, ws, sinks=torch.zeros(4, dtype=torch.float64, device=d))),
+    # ---- fp8 KV cache ----
+    Row("fp8_without_scales", "paged", "an fp8 (float8_e4m3fn) cache without k_scale", ValueError,
+        _P + "k_scale is missing: expected a float or a float32 tensor [num_kv_heads] with a "
+        "torch.float8_e4m3fn KV cache, got None",
+        lambda p, ws, d: _paged_call(p, ws, kv_cache=p.kv_cache.to(torch.float8_e4m3fn),
+                                     v_scale=1.0)),
+    Row("fp8_e5m2", "paged", "a float8_e5m2 cache", TypeError,
+        _P + "kv_cache dtype unsupported: expected torch.float16 (the dtype of q) or "
+        "torch.float8_e4m3fn (fp8 with k_scale, v_scale), got torch.float8_e5m2",
+        lambda p, ws, d: _paged_call(p, ws, kv_cache=p.kv_cache.to(torch.float8_e5m2),
+                                     k_scale=1.0, v_scale=1.0)),
+    Row("fp8_q", "paged", "q float8_e4m3fn", TypeError,
+        _P + "q dtype unsupported: expected torch.float16, torch.bfloat16 or torch.float32, "
+        "got torch.float8_e4m3fn",
+        lambda p, ws, d: _paged_call(p, ws, q=p.q.to(torch.float8_e4m3fn),
+                                     kv_cache=p.kv_cache.to(torch.float8_e4m3fn),
+                                     k_scale=1.0, v_scale=1.0)),
+    Row("fp8_with_float32_q", "paged", "an fp8 cache with float32 q", TypeError,
+        _P + "kv_cache dtype unsupported with q torch.float32: expected q torch.float16 or "
+        "torch.bfloat16 with a torch.float8_e4m3fn cache, got torch.float8_e4m3fn",
+        lambda p, ws, d: _paged_call(p, ws, q=p.q.float(),
+                                     kv_cache=p.kv_cache.to(torch.float8_e4m3fn),
+                                     k_scale=1.0, v_scale=1.0)),
+    Row("scale_without_fp8", "paged", "k_scale with a float16 cache", ValueError,
+        _P + "k_scale given without an fp8 KV cache: expected None (scales apply to a "
+        "torch.float8_e4m3fn cache; this one is torch.float16), got 0.5",
+        lambda p, ws, d: _paged_call(p, ws, k_scale=0.5)),
+    Row("fp8_scale_shape", "ragged", "a per-head v_scale of the wrong length", ValueError,
+        _R + "v_scale.shape[0] mismatch: expected 2 (num_kv_heads), got 3",
+        lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn),
+                                      v=p.v.to(torch.float8_e4m3fn), k_scale=1.0,
+                                      v_scale=torch.ones(3, device=d))),
+    Row("fp8_scale_float16", "ragged", "a per-head k_scale of float16", TypeError,
+        _R + "k_scale dtype unsupported: expected torch.float32, got torch.float16; pass "
+        "k_scale.float()",
+        lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn),
+                                      v=p.v.to(torch.float8_e4m3fn), v_scale=1.0,
+                                      k_scale=torch.ones(2, dtype=torch.float16, device=d))),
+    Row("fp8_scale_inf", "ragged", "k_scale infinite", ValueError,
+        _R + "k_scale is not finite: expected a finite scale, got inf",
+        lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn),
+                                      v=p.v.to(torch.float8_e4m3fn), k_scale=float("inf"),
+                                      v_scale=1.0)),
+    Row("fp8_k_not_v", "ragged", "fp8 k with a float16 v", TypeError,
+        _R + "v dtype mismatch: expected torch.float8_e4m3fn (the dtype of k), got torch.float16",
+        lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn), k_scale=1.0,
+                                      v_scale=1.0)),
+    Row("fp8_on_cuda", "paged", "an fp8 cache on CUDA (not implemented there yet)", ValueError,
+        _P + "a float8_e4m3fn KV cache is not supported on cuda: expected a float16 or bfloat16 "
+        "cache there (fp8 runs on the cpu backend), got float8_e4m3fn",
+        lambda p, ws, d: _paged_call(p, ws, kv_cache=p.kv_cache.to(torch.float8_e4m3fn),
+                                     k_scale=1.0, v_scale=1.0), "cuda"),
     # ---- paged: workspace ----
     Row("workspace_not_contiguous", "paged", "workspace not contiguous", ValueError,
         _P + "workspace is not contiguous: expected a contiguous tensor, got strides (2,); "

@@ -181,7 +181,7 @@ def cu_seqlens(lengths, device):
 
 def _reference_options(options):
     return {k: v for k, v in options.items()
-            if k in ("causal", "sm_scale", "window_left", "logits_soft_cap")}
+            if k in ("causal", "sm_scale", "window_left", "logits_soft_cap", "sinks")}
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 d
 with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
-V rows it zeroes, partial query tiles, a window), split merges (num_splits > 1) and direct
+V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report). Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
@@ -50,6 +50,14 @@ def main():
          harness.make_ragged([150, 40], [120, 300], group=2, head_dim=64, dtype=torch.float16,
                              device="cuda"),
          dict(num_splits=1, window_left=50, logits_soft_cap=5.0)),
+        ("paged decode with sinks (sm_90 decode kernel), 3 splits",
+         harness.make_paged([1, 45, 700], page_size=16, group=8, head_dim=64,
+                            dtype=torch.bfloat16, device="cuda"),
+         dict(num_splits=3, sinks=torch.linspace(-4, 4, 16, device="cuda"))),
+        ("ragged wgmma (sm_90) with sinks and a window, bf16 d128, q > kv, 1 split",
+         harness.make_ragged([130, 40], [100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
+                             device="cuda"),
+         dict(num_splits=1, window_left=64, sinks=torch.linspace(-3, 5, 8, device="cuda"))),
         ("ragged non-causal, 1 split, strided",
          harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
                              device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),

@@ -3,11 +3,13 @@
 // (isa.h); attention_cpu.cc picks one at run time. Index data was validated by the launcher.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "cc/splitkv/cpu/attention_kernels.h"
 #include "cc/splitkv/cpu/attention_tile.h"
 #include "cc/splitkv/cpu/invariant_tile.h"
+#include "cc/splitkv/cpu/fp8_kv.h"
 #include "cc/splitkv/cpu/thread_pool.h"
 
 namespace splitkv::cpu {
@@ -37,7 +39,7 @@ struct RaggedKv {
 
 // One task's share of a tile: the default split rule, or the batch-invariant one.
 template <typename T, typename Kv>
-void RunTask(const TileInputs<T>& in, const TileRows& rows, const Kv& kv, int64_t split) {
+void RunSplit(const TileInputs<T>& in, const TileRows& rows, const Kv& kv, int64_t split) {
   if (in.plan->invariant_split_keys > 0) {
     RunTileInvariant(in, rows, kv, split);
   } else {
@@ -84,7 +86,22 @@ TileRows MakeRows(int64_t q_begin, int64_t q_len, int64_t kv_len, int64_t q_tile
                   TileCounterIndex(request, kv_head, q_tile, num_kv_heads, max_q_tiles)};
 }
 
-template <typename T>
+// Runs one task on `kv` (rows of KvT): as they are, or through Fp8Rows, which dequantises
+// an fp8 cache with the kv head's scales (fp8_kv.h: the only place that knows fp8).
+template <typename T, typename Kv>
+void RunTask(const TileInputs<T>& in, const TileRows& rows, const Kv& kv, const KvStorage& storage,
+             int64_t split) {
+  if constexpr (std::is_same_v<KvElement<Kv>, Fp8E4M3>) {
+    const float k_scale = storage.k_scales != nullptr ? storage.k_scales[rows.kv_head] : storage.k_scale;
+    const float v_scale = storage.v_scales != nullptr ? storage.v_scales[rows.kv_head] : storage.v_scale;
+    RunSplit(in, rows, Fp8Rows<Kv>(kv, rows.kv_len, in.head_dim, k_scale, v_scale), split);
+  } else {
+    RunSplit(in, rows, kv, split);
+  }
+}
+
+// T: q and out; KvT: how k and v are stored (T, or Fp8E4M3).
+template <typename T, typename KvT>
 void Paged(const PagedAttentionParams& p, const SplitPlan& plan) {
   const TileInputs<T> in = MakeInputs<T>(p, plan);
   const int64_t q_tile_tokens = QTileTokens(in.group_size);
@@ -93,17 +110,17 @@ void Paged(const PagedAttentionParams& p, const SplitPlan& plan) {
     const int64_t b = rt.request;
     const int64_t q_begin = p.cu_seqlens_q == nullptr ? b : p.cu_seqlens_q[b];
     const int64_t q_len = p.cu_seqlens_q == nullptr ? 1 : p.cu_seqlens_q[b + 1] - q_begin;
-    const PagedKv<T> kv{static_cast<const T*>(p.k_cache) + kv_head * p.k_stride_head,
-                        static_cast<const T*>(p.v_cache) + kv_head * p.v_stride_head,
-                        p.block_tables + b * p.block_tables_stride,
-                        p.page_size, p.k_stride_page, p.k_stride_slot, p.v_stride_page, p.v_stride_slot};
+    const PagedKv<KvT> kv{static_cast<const KvT*>(p.k_cache) + kv_head * p.k_stride_head,
+                          static_cast<const KvT*>(p.v_cache) + kv_head * p.v_stride_head,
+                          p.block_tables + b * p.block_tables_stride,
+                          p.page_size, p.k_stride_page, p.k_stride_slot, p.v_stride_page, p.v_stride_slot};
     RunTask(in, MakeRows(q_begin, q_len, p.seq_lens[b], rt.q_tile, q_tile_tokens, kv_head, b,
-                              p.num_kv_heads, plan.max_q_tiles),
-                 kv, split);
+                         p.num_kv_heads, plan.max_q_tiles),
+            kv, p.kv_storage, split);
   });
 }
 
-template <typename T>
+template <typename T, typename KvT>
 void Ragged(const RaggedAttentionParams& p, const SplitPlan& plan) {
   const TileInputs<T> in = MakeInputs<T>(p, plan);
   const int64_t q_tile_tokens = QTileTokens(in.group_size);
@@ -112,31 +129,37 @@ void Ragged(const RaggedAttentionParams& p, const SplitPlan& plan) {
     const int64_t b = rt.request;
     const int64_t q_begin = p.cu_seqlens_q[b];
     const int64_t kv_begin = p.cu_seqlens_kv[b];
-    const RaggedKv<T> kv{static_cast<const T*>(p.k) + kv_begin * p.k_stride_token + kv_head * p.k_stride_head,
-                         static_cast<const T*>(p.v) + kv_begin * p.v_stride_token + kv_head * p.v_stride_head,
-                         p.k_stride_token, p.v_stride_token};
+    const RaggedKv<KvT> kv{static_cast<const KvT*>(p.k) + kv_begin * p.k_stride_token + kv_head * p.k_stride_head,
+                           static_cast<const KvT*>(p.v) + kv_begin * p.v_stride_token + kv_head * p.v_stride_head,
+                           p.k_stride_token, p.v_stride_token};
     RunTask(in, MakeRows(q_begin, p.cu_seqlens_q[b + 1] - q_begin, p.cu_seqlens_kv[b + 1] - kv_begin,
-                              rt.q_tile, q_tile_tokens, kv_head, b, p.num_kv_heads, plan.max_q_tiles),
-                 kv, split);
+                         rt.q_tile, q_tile_tokens, kv_head, b, p.num_kv_heads, plan.max_q_tiles),
+            kv, p.kv_storage, split);
   });
 }
 
-template <template <typename> class Op, typename Params>
+// An fp8 cache comes with float16 or bfloat16 q (the launcher refused anything else).
+template <template <typename, typename> class Op, typename Params>
 void DispatchDtype(const Params& p, const SplitPlan& plan) {
+  if (p.kv_storage.fp8_e4m3) {
+    if (p.dtype == DType::kFloat16) return Op<Half, Fp8E4M3>::Run(p, plan);
+    if (p.dtype == DType::kBFloat16) return Op<BFloat16, Fp8E4M3>::Run(p, plan);
+    return;
+  }
   switch (p.dtype) {
-    case DType::kFloat32: return Op<float>::Run(p, plan);
-    case DType::kFloat16: return Op<Half>::Run(p, plan);
-    case DType::kBFloat16: return Op<BFloat16>::Run(p, plan);
+    case DType::kFloat32: return Op<float, float>::Run(p, plan);
+    case DType::kFloat16: return Op<Half, Half>::Run(p, plan);
+    case DType::kBFloat16: return Op<BFloat16, BFloat16>::Run(p, plan);
   }
 }
 
-template <typename T>
+template <typename T, typename KvT>
 struct PagedOp {
-  static void Run(const PagedAttentionParams& p, const SplitPlan& plan) { Paged<T>(p, plan); }
+  static void Run(const PagedAttentionParams& p, const SplitPlan& plan) { Paged<T, KvT>(p, plan); }
 };
-template <typename T>
+template <typename T, typename KvT>
 struct RaggedOp {
-  static void Run(const RaggedAttentionParams& p, const SplitPlan& plan) { Ragged<T>(p, plan); }
+  static void Run(const RaggedAttentionParams& p, const SplitPlan& plan) { Ragged<T, KvT>(p, plan); }
 };
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cc/splitkv/cpu/attention_blocks.h"
@@ -94,6 +96,28 @@ inline float ExpNonPositive(float x) {
 // max(a, b) that keeps a NaN from either side (std::max drops a NaN second operand): a NaN
 // logit, from NaN or infinite q or k, must reach the row's result rather than vanish.
 inline float NanMax(float a, float b) { return (a < b || b != b) ? b : a; }
+
+// How a finished row is normalised (DESIGN.md Semantics): a row whose visible logits have
+// max `max` and sum of exp(logit - max) `sum` (0: no finite logit) gets
+// out = (its sum-normalised output) * keep, and this lse. Without sinks keep is 1 and lse
+// max + log(sum). A sink adds exp(sinks[head]) to the denominator once; both terms are taken
+// relative to the larger of max and the sink, so a sink far above or below the logits
+// neither overflows nor turns the row into NaN. Called where a row's result is written:
+// unsplit, or in the merge (never for a partial).
+struct RowNorm {
+  float keep;
+  float lse;
+};
+inline RowNorm NormaliseRow(float max, float sum, const float* sinks, int64_t head) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  if (sinks == nullptr) return sum != 0.0f ? RowNorm{1.0f, max + std::log(sum)} : RowNorm{0.0f, kNegInf};
+  const float sink = sinks[head];
+  if (sum == 0.0f) return {0.0f, sink};  // no key: out 0, lse = the sink
+  const float top = NanMax(max, sink);
+  const float keys = sum * std::exp(max - top);
+  const float total = keys + std::exp(sink - top);
+  return {keys / total, top + std::log(total)};
+}
 
 // Eight floats as one value: GCC and Clang lower it to one AVX2 register or two SSE ones,
 // so the micro-kernels below say exactly which loop runs across vector lanes.
@@ -188,6 +212,10 @@ inline void AccumulateOwnKeys(TileScratch& s, int64_t r, int64_t d) {
   }
 }
 
+// The element type a KV source's rows hold (T, float for a dequantised fp8 source).
+template <typename Kv>
+using KvElement = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const Kv&>().Key(0))>>;
+
 // Loads a tile's queries as float32 into s.q and each token's visible keys into `visible`;
 // returns the union of the tokens' visible keys ({kv_len, kv_len} when none sees a key).
 template <typename T>
@@ -249,7 +277,7 @@ void RunTileKeys(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, Ti
     s.row_lo[r] = visible[r / group].begin;
     s.row_hi[r] = visible[r / group].end;
   }
-  done = blocks::RunKeys<T>(kv, keys.begin, keys.end,
+  done = blocks::RunKeys<KvElement<Kv>>(kv, keys.begin, keys.end,
                             blocks::RowState{s.q.data(), s.row_lo.data(), s.row_hi.data(), rows, d, sm_scale, cap,
                                              s.acc.data(), s.row_max.data(), s.row_sum.data()},
                             invariant);
@@ -367,11 +395,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   RunTileKeys(in, tile, kv, s, visible, keys, /*invariant=*/false);
 
   const LayoutShape shape{in.total_q, in.num_qo_heads, d};
-  auto write_output = [&](int64_t t, int64_t g, const float* o, float scale, float lse) {
+  // out = (o x scale) x keep: `keep` is the sink's factor (1 without sinks), applied after
+  // the normalisation so that a one-split row and a merged row get the same bits.
+  auto write_output = [&](int64_t t, int64_t g, const float* o, float scale, float keep, float lse) {
     const int64_t token = tile.token_begin + t;
     const int64_t head = tile.kv_head * group + g;
     T* out = in.out + token * in.out_stride_token + head * in.out_stride_head;
-    for (int64_t e = 0; e < d; ++e) out[e] = FromFloat<T>(o == nullptr ? 0.0f : o[e] * scale);
+    for (int64_t e = 0; e < d; ++e) out[e] = FromFloat<T>(o == nullptr ? 0.0f : o[e] * scale * keep);
     if (in.lse != nullptr) in.lse[token * in.num_qo_heads + head] = lse;
   };
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -381,13 +411,14 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       for (int64_t g = 0; g < group; ++g) {
         const int64_t r = t * group + g;
         const float sum = s.row_sum[r];
+        const RowNorm norm = NormaliseRow(s.row_max[r], sum, in.options.sinks, tile.kv_head * group + g);
         if (sum != 0.0f) {  // 0: no finite logit; NaN: a non-finite input, passed on
-          write_output(t, g, &s.acc[r * d], 1.0f / sum, s.row_max[r] + std::log(sum));
+          write_output(t, g, &s.acc[r * d], 1.0f / sum, norm.keep, norm.lse);
         } else {
           // No key, or only -inf logits: acc holds 0 weights times the visible values,
           // so a non-finite value there still reaches the row (0 * inf is NaN), as in
           // the reference; otherwise 0.
-          write_output(t, g, &s.acc[r * d], 0.0f, kNegInf);
+          write_output(t, g, &s.acc[r * d], 0.0f, 1.0f, norm.lse);
         }
       }
     }
@@ -438,11 +469,13 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
         const float share = total > 0.0f ? weight / total : 0.0f;
         for (int64_t e = 0; e < d; ++e) merged[e] += share * partials[index * d + e];
       }
+      // The sink, if any, enters here, once per row (partials never include it).
+      const RowNorm norm = NormaliseRow(global_max, global_max == kNegInf ? 0.0f : total, in.options.sinks, head);
       if (global_max == kNegInf) {
-        write_output(t, g, merged.data(), 0.0f, kNegInf);
+        write_output(t, g, merged.data(), 0.0f, 1.0f, norm.lse);
         continue;
       }
-      write_output(t, g, merged.data(), 1.0f, global_max + std::log(total));
+      write_output(t, g, merged.data(), 1.0f, norm.keep, norm.lse);
     }
   }
   counter.store(0, std::memory_order_release);

@@ -102,12 +102,15 @@ void RunTileInvariant(const TileInputs<T>& in, const TileRows& tile, const Kv& k
     const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
     for (int64_t e = 0; e < d; ++e) partial[e] = s.acc[r * d + e] * inv;
   };
+  // The sink enters here, once per row (NormaliseRow of the merged row: max lse, sum 1;
+  // without sinks keep is 1 and the lse unchanged, bit for bit).
   auto write_row = [&](int64_t r, const float* o, float lse) {
     const int64_t token = tile.token_begin + r / group;
     const int64_t head = tile.kv_head * group + r % group;
+    const RowNorm norm = NormaliseRow(lse, 1.0f, in.options.sinks, head);
     T* out = in.out + token * in.out_stride_token + head * in.out_stride_head;
-    for (int64_t e = 0; e < d; ++e) out[e] = FromFloat<T>(o[e]);
-    if (in.lse != nullptr) in.lse[token * in.num_qo_heads + head] = lse;
+    for (int64_t e = 0; e < d; ++e) out[e] = FromFloat<T>(o[e] * norm.keep);
+    if (in.lse != nullptr) in.lse[token * in.num_qo_heads + head] = norm.lse;
   };
   auto split_keys_of = [&](int64_t sp) {
     return InvariantSplitKeyRange(tile_keys.begin, tile_keys.end, sp, split_keys, kKeyBlock);

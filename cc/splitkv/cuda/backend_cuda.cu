@@ -118,6 +118,7 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.window_left = p.options.window_left;
   k.logits_soft_cap = p.options.logits_soft_cap;
   k.sm_scale = p.options.sm_scale;
+  k.sinks = p.options.sinks;
   auto* base = static_cast<uint8_t*>(p.workspace.data);
   k.counters = reinterpret_cast<uint32_t*>(base + plan.layout.counter_offset);
   k.stats = reinterpret_cast<float*>(base + plan.layout.softmax_offset);

@@ -37,6 +37,9 @@ struct AttentionKernelParams {
   int32_t window_left = -1;
   float logits_soft_cap = 0.0f;
   float sm_scale = 1.0f;
+  // Attention sinks [num_qo_heads] float32, or null (params.h: AttentionOptions::sinks);
+  // read only where a row's final result is written (RowWithSink in split_merge.cuh).
+  const float* sinks = nullptr;
 
   // Workspace regions, from the plan's layout (unused with num_splits == 1).
   uint32_t* counters = nullptr;

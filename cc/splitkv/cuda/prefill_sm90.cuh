@@ -451,26 +451,28 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const int token = q_begin + first + t;
     const int head = kv_head * group + (r - t * group);
     const bool seen = row_sum[i] > 0.0f;
+    const float m = row_max[i] * 0.6931471805599453f;  // log2 units to natural log
     const float inv = seen ? 1.0f / row_sum[i] : 0.0f;
+    float lse = seen ? m + logf(row_sum[i]) : SPLITKV_NEG_INF;
+    const float keep = SinkKeep(p, head, m, row_sum[i], seen, lse);  // 1 without sinks
     T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + quad * 2;
     // Rows that see no key are written as zeros, not 0 * o (o may hold 0 * NaN).
     if (p.out_vec) {
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        const float x0 = seen ? o_acc[4 * c + 2 * i] * inv : 0.0f;
-        const float x1 = seen ? o_acc[4 * c + 2 * i + 1] * inv : 0.0f;
+        const float x0 = seen ? o_acc[4 * c + 2 * i] * inv * keep : 0.0f;
+        const float x1 = seen ? o_acc[4 * c + 2 * i + 1] * inv * keep : 0.0f;
         *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(x0, x1);
       }
     } else {
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        dst[c * 8] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i] * inv : 0.0f);
-        dst[c * 8 + 1] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i + 1] * inv : 0.0f);
+        dst[c * 8] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i] * inv * keep : 0.0f);
+        dst[c * 8 + 1] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i + 1] * inv * keep : 0.0f);
       }
     }
     if (quad == 0 && p.lse != nullptr) {
-      p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] =
-          seen ? row_max[i] * 0.6931471805599453f + logf(row_sum[i]) : SPLITKV_NEG_INF;
+      p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] = lse;
     }
   }
 #elif defined(__CUDA_ARCH__)

@@ -110,6 +110,29 @@ __device__ __forceinline__ void StoreFloats(float* dst, const float (&v)[kElems]
   }
 }
 
+// The attention sink's part in a finished row (DESIGN.md Semantics): the row has max logit
+// `m` and sum of exp(logit - m) `l` (seen: l > 0). Returns `keep`, the factor applied to the
+// row's l-normalised output (1 when p.sinks is null), and sets `lse` (left as given when
+// p.sinks is null; the sink when the row saw no key). The sink adds exp(sink) to the
+// denominator once; both terms are taken relative to max(m, sink), so a sink far above or
+// below the logits neither overflows nor gives NaN. Called only where a row's final result
+// is written (unsplit, the merge, the wgmma prefill), never for a partial; `keep` multiplies
+// the normalised row, so a one-split row and a merged one get the same bits.
+__device__ __forceinline__ float SinkKeep(const AttentionKernelParams& p, int32_t head, float m, float l, bool seen,
+                                          float& lse) {
+  if (p.sinks == nullptr) return 1.0f;
+  const float sink = p.sinks[head];
+  if (!seen) {
+    lse = sink;  // no key: out 0, lse = the sink
+    return 0.0f;
+  }
+  const float top = fmaxf(m, sink);
+  const float keys = l * exp2f((m - top) * kLog2e);
+  const float total = keys + exp2f((sink - top) * kLog2e);
+  lse = top + logf(total);
+  return __fdiv_rn(keys, total);  // 1 exactly for a sink of -inf (keys == total)
+}
+
 // Where row `row` of a tile (rows pack token-major, then the group's heads) writes.
 struct RowTarget {
   int32_t token;  // index into q / out / lse
@@ -137,10 +160,17 @@ __device__ __forceinline__ void WriteRowResult(const AttentionKernelParams& p, R
     for (int e = 0; e < kElems; ++e) o[e] = 0.0f;
   }
   if (p.num_splits == 1) {
+    float scale = inv, lse = seen ? m + logf(l) : SPLITKV_NEG_INF;
+    if (p.sinks != nullptr) {
+      // (o / l) x keep, in the merge's order, so one split and a merged row get the same bits.
+      scale = SinkKeep(p, at.head, m, l, seen, lse);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) o[e] *= inv;
+    }
     T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
-    StoreRow<T, kElems>(dst, o, inv, p.out_vec);
+    StoreRow<T, kElems>(dst, o, scale, p.out_vec);
     if (lane == 0 && p.lse != nullptr) {
-      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = seen ? m + logf(l) : SPLITKV_NEG_INF;
+      p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = lse;
     }
   } else {
     const int64_t index = PartialIndex(p.layout_shape, p.num_splits, split_idx, at.token, at.head);
@@ -203,16 +233,17 @@ __device__ __forceinline__ void StoreMergedRow(const AttentionKernelParams& p, R
                                                const float (&merged)[kElems], float global_max, float total) {
   const int lane = threadIdx.x % 32;
   const bool seen = total > 0.0f;
+  float lse = seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+  const float keep = SinkKeep(p, at.head, global_max, total, seen, lse);  // the sink enters once, here
   T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
   if (seen) {
-    StoreRow<T, kElems>(dst, merged, 1.0f, p.out_vec);
+    StoreRow<T, kElems>(dst, merged, keep, p.out_vec);
   } else {
     const float zeros[kElems] = {};  // +0, as a one-split launch writes a row with no key
     StoreRow<T, kElems>(dst, zeros, 1.0f, p.out_vec);
   }
   if (lane == 0 && p.lse != nullptr) {
-    p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] =
-        seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+    p.lse[static_cast<int64_t>(at.token) * p.layout_shape.num_qo_heads + at.head] = lse;
   }
 }
 
