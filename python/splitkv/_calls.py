@@ -458,10 +458,11 @@ class _FullPath(Exception):
     """A call the layout cache does not serve."""
 
 
-def _tensor_options(*values):
-    """Whether any of `values` is a tensor (sinks, per-head scales): the cached params would
-    keep the first call's address, so such calls take the full path every time."""
-    return any(isinstance(x, torch.Tensor) for x in values)
+def _uncached(sinks, k_scale, v_scale):
+    """Whether a call takes the full path every time: sinks given, or a per-head scale tensor
+    (the cached params would keep the first call's addresses; anything else given as sinks
+    must meet the full path's checks)."""
+    return sinks is not None or isinstance(k_scale, torch.Tensor) or isinstance(v_scale, torch.Tensor)
 
 
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
@@ -473,7 +474,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
     options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
                return_lse, max_q_len, batch_invariant, k_scale, v_scale)
     try:
-        if _tensor_options(sinks, k_scale, v_scale):
+        if _uncached(sinks, k_scale, v_scale):
             raise _FullPath
         view = _workspace_view(workspace)
         key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
@@ -538,7 +539,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
     options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len,
                batch_invariant, k_scale, v_scale)
     try:
-        if _tensor_options(sinks, k_scale, v_scale):
+        if _uncached(sinks, k_scale, v_scale):
             raise _FullPath
         view = _workspace_view(workspace)
         key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options)

@@ -213,11 +213,9 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     timer = AttentionTimer(config.device)
     stats = checks.CheckStats()
     result = ReplayResult(check_stats=stats, workspace_bytes=buffer.numel(),
-                          counter_region_bytes=splitkv.COUNTER_REGION_BYTES)
-    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result, shards)
                           counter_region_bytes=splitkv.COUNTER_REGION_BYTES,
                           invariance=InvarianceStats() if config.batch_invariant else None)
-    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result)
+    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result, shards)
 
     bar = tqdm.tqdm(total=len(config.requests), unit="req", desc="replay", disable=not config.progress,
                     dynamic_ncols=True)
