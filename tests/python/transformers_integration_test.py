@@ -279,8 +279,9 @@ def _first_divergence(tokens, logprobs, want_tokens, want_logprobs):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=False, reason="fails on the H200 (2026-12-01): one logprob 0.062 from "
-                   "paged|sdpa's at 0.05 allowed; still failing at 0.1, cause not diagnosed yet")
+@pytest.mark.xfail(strict=False, reason="H200, 2026-12-01: logprobs agree within bf16 resolution, but 4 "
+                   "of 10 requests diverge from paged|sdpa at near ties (gap < 0.05), above the 2 allowed; "
+                   "which side a float32 run agrees with is not yet measured")
 def test_llama3_8b_shape_bf16_matches_sdpa_on_gpu():
     config = models.llama3_8b_attention_config(num_layers=4)
     model = models.build(config, dtype=torch.bfloat16, device="cuda")
@@ -309,8 +310,11 @@ def test_llama3_8b_shape_bf16_matches_sdpa_on_gpu():
             diverged += 1
             assert gap < 0.05, f"{rid}: token {t} differs and is no near tie (logprob gap {gap})"
         else:
+            # The logprobs come from bf16 logits: one bf16 step of a logit of magnitude 8-16 is
+            # 0.0625 (H200, 2026-12-01: one position 0.0624 apart, relative 1.07 %), so the
+            # bound allows about two steps relative to the value.
             torch.testing.assert_close(torch.tensor(got.logprobs), torch.tensor(want.logprobs),
-                                       atol=0.05, rtol=0.0)
+                                       atol=0.05, rtol=0.02)
     assert diverged <= len(prompts) // 4, f"{diverged} of {len(prompts)} requests diverged"
     splitkv_hf.workspace_for("cuda").check_counter_region()
 
