@@ -24,7 +24,6 @@ constexpr int64_t kMaxQLen = INT32_MAX;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Checks shared by both operations: dtype, heads, head_dim, options, workspace.
 // An fp8 KV cache: q float16/bfloat16, finite scales, the CPU backend; otherwise no scales.
 void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv) {
   if (!kv.fp8_e4m3) {
@@ -50,6 +49,7 @@ void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const 
   if (!std::isfinite(kv.v_scale)) check.Fail("v_scale", "is not finite", "a finite scale", std::to_string(kv.v_scale));
 }
 
+// Checks shared by both operations: dtype, heads, head_dim, options, workspace.
 void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t num_qo_heads,
                  int64_t num_kv_heads, int64_t head_dim, const AttentionOptions& options,
                  const WorkspaceBuffer& workspace) {
@@ -208,6 +208,16 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
                            "; nothing was computed and the counter region was reset to zero (was the "
                            "workspace zeroed when made, or shared by concurrent launches?)");
     }
+  }
+}
+
+// The counter-region entry points (check, reset, status): a non-null buffer that holds the
+// region. `what` names the buffer ("a buffer", "a host buffer").
+void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t bytes, const char* what) {
+  if (data == nullptr) throw WorkspaceError(op + ": workspace is null: expected " + what + ", got null");
+  if (bytes < kCounterRegionBytes) {
+    throw WorkspaceError(op + ": workspace too small: need at least " + std::to_string(kCounterRegionBytes) +
+                         " bytes, got " + std::to_string(bytes));
   }
 }
 
@@ -403,13 +413,7 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
 bool CudaBackendAvailable() { return cuda::Available(); }
 
 void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
-  if (workspace == nullptr) {
-    throw WorkspaceError("check_counter_region: workspace is null: expected a host buffer, got null");
-  }
-  if (workspace_bytes < kCounterRegionBytes) {
-    throw WorkspaceError("check_counter_region: workspace too small: need at least " +
-                         std::to_string(kCounterRegionBytes) + " bytes, got " + std::to_string(workspace_bytes));
-  }
+  CheckHoldsCounterRegion("check_counter_region", workspace, workspace_bytes, "a host buffer");
   const auto* counters = static_cast<const uint32_t*>(workspace);
   int64_t nonzero = 0;
   int64_t first = -1;
@@ -429,13 +433,7 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
 }
 
 void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream) {
-  if (workspace.data == nullptr) {
-    throw WorkspaceError("reset_counter_region: workspace is null: expected a buffer, got null");
-  }
-  if (workspace.bytes < kCounterRegionBytes) {
-    throw WorkspaceError("reset_counter_region: workspace too small: need at least " +
-                         std::to_string(kCounterRegionBytes) + " bytes, got " + std::to_string(workspace.bytes));
-  }
+  CheckHoldsCounterRegion("reset_counter_region", workspace.data, workspace.bytes, "a buffer");
   if (backend == Backend::kCuda) {
     cuda::ZeroCounterRegion(workspace.data, stream);
   } else {
@@ -445,13 +443,7 @@ void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void*
 }
 
 void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream) {
-  if (workspace.data == nullptr) {
-    throw WorkspaceError(std::string(op) + ": workspace is null: expected a buffer, got null");
-  }
-  if (workspace.bytes < kCounterRegionBytes) {
-    throw WorkspaceError(std::string(op) + ": workspace too small: need at least " +
-                         std::to_string(kCounterRegionBytes) + " bytes, got " + std::to_string(workspace.bytes));
-  }
+  CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer");
   uint32_t words[kStatusWords] = {};
   if (backend == Backend::kCuda) {
     cuda::ReadStatusRecord(workspace.data, stream, words);

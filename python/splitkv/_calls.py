@@ -155,13 +155,9 @@ def _fill_common(params, q, out, lse, dtype, backend, options, workspace):
         params.stream = torch.cuda.current_stream(q.device).cuda_stream
 
 
-def _on_device(device):
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
-
-
 def run(op, launcher, params, q, workspace):
     """Calls `launcher` (or a planner) on `params`, holding the workspace for the call."""
-    with workspace_module.exclusive(op, workspace), _on_device(q.device):
+    with workspace_module.exclusive(op, workspace), workspace_module.on_device(q.device):
         return launcher(params)
 
 
@@ -391,7 +387,7 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
                 workspace_module.check_every_call(op, workspace, buffer, "after")
             return
         device = layout.device
-        with _on_device(device) if torch.cuda.current_device() != device.index else _NO_GUARD:
+        with workspace_module.on_device(device) if torch.cuda.current_device() != device.index else _NO_GUARD:
             stream = _current_raw_stream(device.index)
             capturing = torch.cuda.is_current_stream_capturing()
             if not capturing:

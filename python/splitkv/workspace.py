@@ -19,9 +19,6 @@ COUNTER_REGION_BYTES = _splitkv.kCounterRegionBytes
 WORKSPACE_ALIGNMENT = _splitkv.kWorkspaceAlignment
 """Required alignment of a workspace's base address and of each region, in bytes (256)."""
 
-STATUS_OFFSET = _splitkv.kStatusOffset
-"""Byte offset of the workspace's status record, the last 256 bytes of the counter region."""
-
 # SPLITKV_CHECK_WORKSPACE=1: every call checks the whole counter region before and after it
 # runs (a host sync each time), for users chasing a fault. Read once, at import.
 CHECK_EVERY_CALL = os.environ.get("SPLITKV_CHECK_WORKSPACE", "") == "1"
@@ -319,11 +316,12 @@ def check_workspace(workspace):
         buffer is smaller than the counter region.
     """
     buffer = _checks.workspace_tensor("check_workspace", workspace)
-    with _on_device(buffer.device):
+    with on_device(buffer.device):
         _splitkv.CheckWorkspaceStatus("check_workspace", *_status_call_args(workspace, buffer))
 
 
-def _on_device(device):
+def on_device(device):
+    """``device`` current for the block (CUDA); nothing on the CPU."""
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
