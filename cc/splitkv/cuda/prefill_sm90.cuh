@@ -33,7 +33,7 @@
 
 #include "cc/splitkv/cuda/kernel_params.h"
 #include "cc/splitkv/cuda/ptx.cuh"
-#include "cc/splitkv/cuda/split_merge.cuh"  // kLog2e, SPLITKV_NEG_INF
+#include "cc/splitkv/cuda/split_merge.cuh"  // kLog2e, kLn2, SPLITKV_NEG_INF
 #include "cc/splitkv/cuda/wgmma.cuh"
 
 namespace splitkv::cuda {
@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const int token = q_begin + first + t;
     const int head = kv_head * group + (r - t * group);
     const bool seen = row_sum[i] > 0.0f;
-    const float m = row_max[i] * 0.6931471805599453f;  // log2 units to natural log
+    const float m = row_max[i] * kLn2;  // log2 units to natural log
     const float inv = seen ? 1.0f / row_sum[i] : 0.0f;
     float lse = seen ? m + logf(row_sum[i]) : SPLITKV_NEG_INF;
     const float keep = SinkKeep(p, head, m, row_sum[i], seen, lse);  // 1 without sinks

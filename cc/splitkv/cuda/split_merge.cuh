@@ -202,7 +202,7 @@ __device__ __forceinline__ bool TicketImpossible(uint32_t ticket, int32_t num_sp
 // record's {code, counter index, ticket}, then the same in the host mirror, code last and
 // fenced, so a host that sees the code sees the rest.
 inline __device__ void ReportDirtyCounter(const AttentionKernelParams& p, const uint32_t* counter,
-                                                uint32_t ticket) {
+                                         uint32_t ticket) {
   if (atomicCAS(p.status, 0u, kStatusDirtyCounter) != 0u) return;
   const auto index = static_cast<uint32_t>(counter - p.counters);
   p.status[1] = index;
