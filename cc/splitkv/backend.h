@@ -11,6 +11,8 @@
 
 namespace splitkv {
 
+struct MergeStatesParams;  // merge_states.h
+
 // How a backend cuts work: a work tile is (request, kv head, q tile of q_tile_tokens
 // query tokens, all qo heads of the kv head's group).
 struct BackendTraits {
@@ -33,6 +35,7 @@ namespace cpu {
 BackendTraits Traits(int64_t group_size, int64_t head_dim);
 void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
 void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
+void MergeStates(const MergeStatesParams& params);
 }  // namespace cpu
 
 namespace cuda {
@@ -45,6 +48,8 @@ void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan)
 void ZeroCounterRegion(void* workspace, void* stream);
 // Copies the device status record to `words` (kStatusWords) on `stream` and synchronises it.
 void ReadStatusRecord(const void* workspace, void* stream, uint32_t* words);
+// Enqueues the merge kernel on params.stream.
+void MergeStates(const MergeStatesParams& params);
 }  // namespace cuda
 
 }  // namespace splitkv

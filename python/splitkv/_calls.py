@@ -388,7 +388,7 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
             return
         device = layout.device
         with workspace_module.on_device(device) if torch.cuda.current_device() != device.index else _NO_GUARD:
-            stream = _current_raw_stream(device.index)
+            stream = current_raw_stream(device.index)
             capturing = torch.cuda.is_current_stream_capturing()
             if not capturing:
                 workspace_module.order_after_last_launch(busy, stream, device)
@@ -405,14 +405,14 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
 _NO_GUARD = contextlib.nullcontext()
 
 
-def _current_raw_stream(index):
+def current_raw_stream(index):
     """The cudaStream_t of the current stream of device `index`, without making a
     torch.cuda.Stream (torch's own raw-handle query where it has one)."""
     return torch.cuda.current_stream(index).cuda_stream
 
 
 if hasattr(torch._C, "_cuda_getCurrentRawStream"):
-    _current_raw_stream = torch._C._cuda_getCurrentRawStream  # noqa: F811
+    current_raw_stream = torch._C._cuda_getCurrentRawStream  # noqa: F811
 
 
 def _call_max_q_len(layout, cu_seqlens_q, paged):

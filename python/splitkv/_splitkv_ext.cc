@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cc/splitkv/launchers.h"
+#include "cc/splitkv/merge_states.h"
 #include "cc/splitkv/params.h"
 #include "cc/splitkv/split_plan.h"
 #include "cc/splitkv/workspace_layout.h"
@@ -286,6 +287,42 @@ void BindLaunchers(py::module_& m) {
   m.def("CudaBackendAvailable", &CudaBackendAvailable);
 }
 
+// MergeStates from addresses and strides, one call (merge.py builds no params object).
+void BindMerge(py::module_& m) {
+  m.def(
+      "MergeStates",
+      [](std::uintptr_t outs, int64_t outs_stride_state, int64_t outs_stride_token, int64_t outs_stride_head,
+         std::uintptr_t lses, int64_t lses_stride_state, int64_t lses_stride_token, int64_t lses_stride_head,
+         std::uintptr_t out, int64_t out_stride_token, int64_t out_stride_head, std::uintptr_t lse,
+         int64_t lse_stride_token, int64_t lse_stride_head, int64_t num_states, int64_t total_q,
+         int64_t num_qo_heads, int64_t head_dim, DType dtype, Backend backend, std::uintptr_t stream) {
+        MergeStatesParams p;
+        p.outs = reinterpret_cast<const void*>(outs);
+        p.outs_stride_state = outs_stride_state;
+        p.outs_stride_token = outs_stride_token;
+        p.outs_stride_head = outs_stride_head;
+        p.lses = reinterpret_cast<const float*>(lses);
+        p.lses_stride_state = lses_stride_state;
+        p.lses_stride_token = lses_stride_token;
+        p.lses_stride_head = lses_stride_head;
+        p.out = reinterpret_cast<void*>(out);
+        p.out_stride_token = out_stride_token;
+        p.out_stride_head = out_stride_head;
+        p.lse = reinterpret_cast<float*>(lse);
+        p.lse_stride_token = lse_stride_token;
+        p.lse_stride_head = lse_stride_head;
+        p.num_states = num_states;
+        p.total_q = total_q;
+        p.num_qo_heads = num_qo_heads;
+        p.head_dim = head_dim;
+        p.dtype = dtype;
+        p.backend = backend;
+        p.stream = reinterpret_cast<void*>(stream);
+        MergeStates(p);
+      },
+      py::call_guard<py::gil_scoped_release>());
+}
+
 }  // namespace
 }  // namespace splitkv
 
@@ -297,4 +334,5 @@ PYBIND11_MODULE(_splitkv, m) {
   splitkv::BindPagedParams(m);
   splitkv::BindRaggedParams(m);
   splitkv::BindLaunchers(m);
+  splitkv::BindMerge(m);
 }

@@ -1,15 +1,25 @@
 """merge_states: partial attentions over disjoint key sets, merged by their LSE.
 
 The same merge the kernels do between splits of one launch, one level up: between launches,
-devices or ranks (splitkv.distributed). Plain torch ops, on whatever device the partials
-are on; fixed order, so a result is bitwise the same run to run.
+devices or ranks (splitkv.distributed). float32/float16/bfloat16 run the C++ core's
+MergeStates (cc/splitkv/merge_states.h: one loop on the CPU, one kernel launch on CUDA,
+graph-capturable); float64 runs the same formula in torch ops. Fixed order, so a result is
+bitwise the same run to run.
 """
+
+import contextlib
 
 import torch
 
+from splitkv import _calls
 from splitkv import _checks
+from splitkv import _splitkv
+from splitkv import workspace as workspace_module
 
 _OP = "merge_states"
+# A CPU-only build of the core still merges CUDA tensors, through the torch formula.
+_CUDA_CORE = _splitkv.CudaBackendAvailable()
+_NO_GUARD = contextlib.nullcontext()
 
 
 def _check(outs, lses):
@@ -83,6 +93,36 @@ def merge_states(outs, lses):
     ...                                 torch.stack([lse_a, lse_b]))
     """
     _check(outs, lses)
+    if outs.dtype in _checks.DTYPE_CODES and (outs.device.type == "cpu" or
+                                              (outs.device.type == "cuda" and _CUDA_CORE)):
+        return _merge_core(outs, lses)
+    return _merge_torch(outs, lses)
+
+
+def _merge_core(outs, lses):
+    """The C++ core's MergeStates: any strides of lses, outs' head_dim contiguous."""
+    if outs.stride(3) != 1:
+        outs = outs.contiguous()  # the core reads a head's elements as one run
+    n, total_q, num_qo_heads, head_dim = outs.shape
+    out = outs.new_empty((total_q, num_qo_heads, head_dim))
+    lse = lses.new_empty((total_q, num_qo_heads))
+    device = outs.device
+    cuda = device.type == "cuda"
+    switch = cuda and torch.cuda.current_device() != device.index
+    with workspace_module.on_device(device) if switch else _NO_GUARD:
+        stream = _calls.current_raw_stream(device.index) if cuda else 0
+        _splitkv.MergeStates(
+            outs.data_ptr(), outs.stride(0), outs.stride(1), outs.stride(2),
+            lses.data_ptr(), lses.stride(0), lses.stride(1), lses.stride(2),
+            out.data_ptr(), out.stride(0), out.stride(1),
+            lse.data_ptr(), lse.stride(0), lse.stride(1),
+            n, total_q, num_qo_heads, head_dim,
+            _checks.DTYPE_CODES[outs.dtype], _checks.BACKENDS[device.type], stream)
+    return out, lse
+
+
+def _merge_torch(outs, lses):
+    """The same formula in torch ops (float64, or a device the core does not run on)."""
     acc_dtype = torch.float64 if outs.dtype == torch.float64 else torch.float32
     empty = lses == float("-inf")
     m = lses.amax(dim=0)

@@ -141,3 +141,66 @@ def test_nan_in_lses_propagates(device):
     out, lse = splitkv.merge_states(outs, lses)
     assert bool(out[2, 0].isnan().all()) and bool(lse[2, 0].isnan())
     assert not bool(out[:2].isnan().any()) and not bool(lse[:2].isnan().any())
+
+
+def _formula(outs, lses):
+    """The docstring's arithmetic in float64 torch ops: the core's float32 result is close."""
+    return splitkv.merge._merge_torch(outs.double(), lses.double())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", [5, 64, 72, 300])
+def test_every_column_of_odd_and_wide_head_dims(device, dtype, head_dim):
+    # head_dim 5 / odd strides: one element a load; 64, 72: 16-byte vectors; 300: a lane's
+    # columns wrap past 32 vectors. Every element is compared, so one left unwritten fails.
+    harness.require(device, backend=False)
+    g = torch.Generator().manual_seed(head_dim)
+    outs = torch.randn(3, 7, 3, head_dim, generator=g).to(dtype).to(device)
+    lses = (torch.randn(3, 7, 3, generator=g) * 4).to(device)
+    lses[0, 2] = _NEG_INF
+    out, lse = splitkv.merge_states(outs, lses)
+    assert not bool(out.isnan().any()) and not bool(lse.isnan().any())
+    want_out, want_lse = _formula(outs, lses)
+    tol = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
+    torch.testing.assert_close(out.double(), want_out, atol=tol, rtol=tol)
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_views_give_the_bits_of_contiguous_copies(device):
+    harness.require(device, backend=False)
+    g = torch.Generator().manual_seed(11)
+    base = torch.randn(5, 4, 9, 64, generator=g).to(torch.bfloat16).to(device)
+    outs = base.permute(1, 0, 2, 3)[:, :, 1:8]   # [4, 5, 7, 64]: no dim contiguous but head_dim
+    lse_base = (torch.randn(7, 5, 4, generator=g) * 3).to(device)
+    lses = lse_base.permute(2, 1, 0)              # [4, 5, 7], every stride unusual
+    out, lse = splitkv.merge_states(outs, lses)
+    want = splitkv.merge_states(outs.contiguous(), lses.contiguous())
+    assert torch.equal(out, want[0]) and torch.equal(lse, want[1])
+    # head_dim not contiguous: merged from a contiguous copy, same bits.
+    wide = torch.randn(4, 5, 7, 128, generator=g).to(torch.bfloat16).to(device)[..., ::2]
+    out, lse = splitkv.merge_states(wide, lses)
+    want = splitkv.merge_states(wide.contiguous(), lses)
+    assert torch.equal(out, want[0]) and torch.equal(lse, want[1])
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_gives_the_eager_bits():
+    harness.require("cuda")
+    g = torch.Generator().manual_seed(13)
+    outs = torch.randn(4, 16, 8, 128, generator=g).to(torch.bfloat16).cuda()
+    lses = (torch.randn(4, 16, 8, generator=g) * 3).cuda()
+    eager = splitkv.merge_states(outs, lses)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        splitkv.merge_states(outs, lses)  # warm-up off the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = splitkv.merge_states(outs, lses)
+    captured[0].fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1])

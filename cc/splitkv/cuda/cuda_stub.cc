@@ -20,6 +20,7 @@ void PagedAttention(const PagedAttentionParams&, const SplitPlan&) { Absent("pag
 void RaggedAttention(const RaggedAttentionParams&, const SplitPlan&) { Absent("ragged_attention"); }
 void ZeroCounterRegion(void*, void*) { Absent("reset_counter_region"); }
 void ReadStatusRecord(const void*, void*, uint32_t*) { Absent("check_workspace_status"); }
+void MergeStates(const MergeStatesParams&) { Absent("merge_states"); }
 
 }  // namespace cuda
 }  // namespace splitkv

@@ -1,0 +1,45 @@
+// MergeStates: validation, then the backend's loop or kernel (merge_states.h).
+#include "cc/splitkv/merge_states.h"
+
+#include <string>
+
+#include "cc/splitkv/arg_checks.h"
+#include "cc/splitkv/backend.h"
+
+namespace splitkv {
+
+void MergeStates(const MergeStatesParams& p) {
+  const ArgChecks check("merge_states");
+  check.AtLeast("num_states", p.num_states, 1);
+  check.AtLeast("total_q", p.total_q, 0);
+  check.AtLeast("num_qo_heads", p.num_qo_heads, 1);
+  check.AtLeast("head_dim", p.head_dim, 1);
+  if (p.dtype != DType::kFloat32 && p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
+    check.Fail("dtype", "unsupported", "float32, float16 or bfloat16 (0, 1, 2)",
+               std::to_string(static_cast<int>(p.dtype)));
+  }
+  if (p.backend != Backend::kCpu && p.backend != Backend::kCuda) {
+    check.Fail("backend", "unsupported", "cpu or cuda (0, 1)", std::to_string(static_cast<int>(p.backend)));
+  }
+  const struct {
+    const char* name;
+    int64_t value;
+  } strides[] = {{"outs_stride_state", p.outs_stride_state}, {"outs_stride_token", p.outs_stride_token},
+                 {"outs_stride_head", p.outs_stride_head},   {"lses_stride_state", p.lses_stride_state},
+                 {"lses_stride_token", p.lses_stride_token}, {"lses_stride_head", p.lses_stride_head},
+                 {"out_stride_token", p.out_stride_token},   {"out_stride_head", p.out_stride_head},
+                 {"lse_stride_token", p.lse_stride_token},   {"lse_stride_head", p.lse_stride_head}};
+  for (const auto& s : strides) check.AtLeast(s.name, s.value, 0);
+  if (p.total_q == 0) return;
+  check.NotNull("outs", p.outs);
+  check.NotNull("lses", p.lses);
+  check.NotNull("out", p.out);
+  check.NotNull("lse", p.lse);
+  if (p.backend == Backend::kCuda) {
+    cuda::MergeStates(p);
+  } else {
+    cpu::MergeStates(p);
+  }
+}
+
+}  // namespace splitkv
