@@ -6,7 +6,8 @@ its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
 V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
-counter region (0xFF bytes, counts of num_splits - 1: they must end and report). Prints one line per case; exits nonzero if a result is off or a counter stays
+counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
+batch-invariant calls (sm_90: every one on the decode kernel, ragged K/V by row copies). Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
 
     compute-sanitizer --tool racecheck python3 tools/gpu/sanitizer_cases.py
@@ -58,6 +59,12 @@ def main():
          harness.make_ragged([130, 40], [100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
                              device="cuda"),
          dict(num_splits=1, window_left=64, sinks=torch.linspace(-3, 5, 8, device="cuda"))),
+        ("batch-invariant ragged (sm_90: the decode kernel by row copies), bf16 d128, window, 2 splits",
+         harness.make_ragged([300, 40], [1100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
+                             device="cuda"), dict(batch_invariant=True, window_left=700)),
+        ("batch-invariant paged chunk + decode (sm_90: the decode kernel by tensor copies), d64",
+         harness.make_paged([1100, 300], page_size=16, group=4, head_dim=64, dtype=torch.bfloat16,
+                            device="cuda", q_lens=[9, 1]), dict(batch_invariant=True, max_q_len=9)),
         ("ragged non-causal, 1 split, strided",
          harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
                              device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),

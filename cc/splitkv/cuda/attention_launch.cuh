@@ -73,21 +73,23 @@ static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == 2 &&
               BulkDecodeShapeFor<256, true>::kSmemBytes <= 110 * 1024);
 
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
-template <typename T, class Shape>
-using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape>, Shape::kSmemBytes>;
+template <typename T, class Shape, template <typename> class KvSourceT = PagedKvSource>
+using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
 
-template <typename T, int kHeadDim, bool kPageTma>
-void LaunchBulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
-                      int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
+template <typename T, int kHeadDim, bool kPageTma, template <typename> class KvSourceT = PagedKvSource>
+void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSourceT<T>::Params& kv,
+                      const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
+                      const char* op) {
   // Split grids have short CTAs: 2 stages fit a third on each SM (tile_config.h). A split
   // grid of more than one wave of those (a forced num_splits at a large batch) has long CTAs
   // and runs 3 stages, as unsplit: 64 x 4096 at 2 forced splits 3.97 -> 4.04 TB/s (4 splits
   // 4.04 -> 4.03) on the H200.
   if (params.num_splits > 1 && num_tiles * params.num_splits <= split_workers) {
-    return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<kHeadDim, kPageTma>>::Launch(params, kv, num_tiles, stream,
-                                                                                       op, maps);
+    return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<kHeadDim, kPageTma>, KvSourceT>::Launch(
+        params, kv, num_tiles, stream, op, maps);
   }
-  BulkDecodeInstance<T, BulkDecodeShapeFor<kHeadDim, kPageTma>>::Launch(params, kv, num_tiles, stream, op, maps);
+  BulkDecodeInstance<T, BulkDecodeShapeFor<kHeadDim, kPageTma>, KvSourceT>::Launch(params, kv, num_tiles, stream, op,
+                                                                                   maps);
 }
 
 template <typename T, int kHeadDim>
@@ -120,13 +122,29 @@ void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params
   }
 }
 
+// Decode tiles of a ragged call come only from batch-invariant mode (tile_config.h
+// InvariantTile): on sm_90 the paged decode kernel with row copies, elsewhere the mma.sync
+// kernel's decode tiles, the same kernels as the paged calls of that mode.
+template <typename T, int kHeadDim>
+void LaunchRaggedTyped(TileKind kind, const AttentionKernelParams& params, const RaggedKvParams& kv, int64_t num_tiles,
+                       int64_t split_workers, cudaStream_t stream, const char* op) {
+  if (kind == TileKind::kDecode) {
+    if (params.kv_vec && DeviceRunsSm90a(op)) {
+      return LaunchBulkDecode<T, kHeadDim, false, RaggedKvSource>(params, kv, PagedKvMaps{}, num_tiles, split_workers,
+                                                                  stream, op);
+    }
+    return KernelInstance<T, DecodeShape<kHeadDim>, RaggedKvSource>::Launch(params, kv, num_tiles, stream, op);
+  }
+  KernelInstance<T, PrefillShape<kHeadDim>, RaggedKvSource>::Launch(params, kv, num_tiles, stream, op);
+}
+
 template <int kHeadDim>
-void LaunchRagged(DType dtype, const AttentionKernelParams& params, const RaggedKvParams& kv, int64_t num_tiles,
-                  cudaStream_t stream, const char* op) {
+void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& params, const RaggedKvParams& kv,
+                  int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
   if (dtype == DType::kBFloat16) {
-    KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, RaggedKvSource>::Launch(params, kv, num_tiles, stream, op);
+    LaunchRaggedTyped<__nv_bfloat16, kHeadDim>(kind, params, kv, num_tiles, split_workers, stream, op);
   } else {
-    KernelInstance<__half, PrefillShape<kHeadDim>, RaggedKvSource>::Launch(params, kv, num_tiles, stream, op);
+    LaunchRaggedTyped<__half, kHeadDim>(kind, params, kv, num_tiles, split_workers, stream, op);
   }
 }
 
@@ -147,8 +165,8 @@ int ResidentCtasPerSm(TileKind kind, const char* op) {
 #define SPLITKV_INSTANTIATE_HEAD_DIM(D)                                                                            \
   template void LaunchPaged<D>(DType, TileKind, const AttentionKernelParams&, const PagedKvParams&,                \
                                const PagedKvMaps&, int64_t, int64_t, cudaStream_t, const char*);                  \
-  template void LaunchRagged<D>(DType, const AttentionKernelParams&, const RaggedKvParams&, int64_t, cudaStream_t, \
-                                const char*);                                                                     \
+  template void LaunchRagged<D>(DType, TileKind, const AttentionKernelParams&, const RaggedKvParams&, int64_t,      \
+                                int64_t, cudaStream_t, const char*);                                              \
   template int ResidentCtasPerSm<D>(TileKind, const char*);
 
 }  // namespace splitkv::cuda

@@ -151,7 +151,8 @@ void CheckPlanMatches(const char* op, const SplitPlan& plan, int64_t max_q_len, 
 bool Available() { return true; }
 
 BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant) {
-  const TileChoice tile = batch_invariant ? InvariantTile(group_size) : ChooseTile(group_size, max_q_len);
+  const TileChoice tile = batch_invariant ? InvariantTile(group_size, DeviceRunsSm90a("splitkv"))
+                                          : ChooseTile(group_size, max_q_len);
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
   const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
@@ -173,7 +174,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
 void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const bool invariant = plan.invariant_split_keys > 0;
-  const TileChoice tile = invariant ? InvariantTile(group) : ChooseTile(group, p.max_q_len);
+  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kPagedOp)) : ChooseTile(group, p.max_q_len);
   CheckPlanMatches(kPagedOp, plan, p.max_q_len, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kPagedOp, "total_q", p.total_q);
   CheckFitsInt32(kPagedOp, "max_pages_per_seq * page_size", p.max_pages_per_seq * p.page_size);
@@ -221,9 +222,10 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
 void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
-  // Ragged calls run prefill tiles, cut with the same q_tile_tokens Traits() reported.
+  // Ragged calls run prefill tiles (decode tiles in batch-invariant mode on sm_90), cut with
+  // the same q_tile_tokens Traits() reported.
   const bool invariant = plan.invariant_split_keys > 0;
-  const TileChoice tile = invariant ? InvariantTile(group) : ChooseTile(group, max_q);
+  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kRaggedOp)) : ChooseTile(group, max_q);
   CheckPlanMatches(kRaggedOp, plan, max_q, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kRaggedOp, "total_q", p.total_q);
   CheckFitsInt32(kRaggedOp, "total_kv", p.total_kv);
@@ -243,12 +245,13 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
              AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
   auto stream = static_cast<cudaStream_t>(p.stream);
   // Hopper: the wgmma + TMA kernel (prefill_sm90.h) when it serves the call, else mma.sync.
-  // Batch-invariant mode runs mma.sync only (InvariantTile): wgmma sums in another order.
+  // Batch-invariant mode never runs it (InvariantTile): wgmma sums in another order.
   if (!invariant && LaunchRaggedPrefillSm90(p, plan, k, stream, kRaggedOp)) return;
+  const int64_t workers = plan.num_workers;
   switch (p.head_dim) {
-    case 64: return LaunchRagged<64>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
-    case 128: return LaunchRagged<128>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
-    case 256: return LaunchRagged<256>(p.dtype, k, kv, plan.num_tiles, stream, kRaggedOp);
+    case 64: return LaunchRagged<64>(p.dtype, tile.kind, k, kv, plan.num_tiles, workers, stream, kRaggedOp);
+    case 128: return LaunchRagged<128>(p.dtype, tile.kind, k, kv, plan.num_tiles, workers, stream, kRaggedOp);
+    case 256: return LaunchRagged<256>(p.dtype, tile.kind, k, kv, plan.num_tiles, workers, stream, kRaggedOp);
     default:
       throw UnsupportedError(std::string(kRaggedOp) + ": head_dim not supported on cuda: expected 64, 128 or 256, got " +
                              std::to_string(p.head_dim));

@@ -25,13 +25,16 @@
 //    its SM without copies in flight (64 x 4096 d256 87-89 -> 98-99 % of copy on the H200);
 //  - the running max is raised only when a block's max exceeds it by more than 2^8 in
 //    probability, so most blocks skip rescaling the accumulator (the result is the same:
-//    the sum and the output share whichever reference max was used).
+//    the sum and the output share whichever reference max was used); each row decides for
+//    itself, so its bits do not depend on the tile's other rows (batch-invariant mode runs
+//    every call of an sm_90 device here, tile_config.h InvariantTile).
 // Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
 // runs AttentionKernel.
 #ifndef SPLITKV_CUDA_DECODE_KERNEL_CUH_
 #define SPLITKV_CUDA_DECODE_KERNEL_CUH_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/splitkv/cuda/attention_kernel.cuh"
 #include "cc/splitkv/cuda/kernel_params.h"
@@ -98,10 +101,14 @@ __device__ __forceinline__ int KvOffset(int row, int chunk, int row7) {
   }
 }
 
-template <typename T, class S>
+// KvSourceT: PagedKvSource, or RaggedKvSource (row copies only: batch-invariant ragged calls
+// run this kernel so that a token's bits match its paged decode's, tile_config.h).
+template <typename T, class S, template <typename> class KvSourceT = PagedKvSource>
 __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
-    BulkDecodeKernel(const AttentionKernelParams p, const PagedKvParams kv_params,
+    BulkDecodeKernel(const AttentionKernelParams p, const typename KvSourceT<T>::Params kv_params,
                      const __grid_constant__ PagedKvMaps maps) {
+  static_assert(!S::kPageTma || std::is_same_v<KvSourceT<T>, PagedKvSource<T>>,
+                "tensor copies read a paged cache's tensor maps");
   constexpr int D = S::kHeadDim;
   constexpr int RS = S::kRowElems;
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -146,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   const bool copy_v = S::kPageTma ? (copy & 1) != 0 : threadIdx.x >= S::kBlockN;
   const int copy_half = S::kPageTma ? (copy >> 1) % S::kHalves : 0;
   const bool copier = S::kPageTma ? copy < boxes * 2 * S::kHalves : threadIdx.x < 2 * S::kBlockN;
-  const PagedKvSource<T> kv(kv_params, request, kv_head);
+  const KvSourceT<T> kv(kv_params, request, kv_head);
   __syncthreads();
   const int kv_len = kv.kv_len;
   // Splits are cut in whole boxes (tensor copies) or 16 keys, not whole blocks: a split's
@@ -384,8 +391,11 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
 
     // Online softmax with a lazily raised max (natural-log max; exp2 with log2(e) folded in).
+    // Each row decides for itself (the rows of a lane's quad agree: they hold the same
+    // block max), so a row's bits never depend on the tile's other rows (batch invariance:
+    // a token decoded alone and inside a prefill chunk meets other neighbours).
     float block_max[2];
-    bool raise = false;
+    bool raise[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float m = SPLITKV_NEG_INF;
@@ -394,12 +404,13 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       block_max[i] = m;
-      raise |= m != SPLITKV_NEG_INF &&
-               (row_max[i] == SPLITKV_NEG_INF || (m - row_max[i]) * kLog2e > kLazyRescaleLog2);
+      raise[i] = m != SPLITKV_NEG_INF &&
+                 (row_max[i] == SPLITKV_NEG_INF || (m - row_max[i]) * kLog2e > kLazyRescaleLog2);
     }
-    if (__any_sync(0xffffffffu, raise)) {  // warp-uniform, so the rescale stays unpredicated
+    if (__any_sync(0xffffffffu, raise[0] || raise[1])) {  // most blocks skip this whole branch
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
+        if (!raise[i]) continue;
         const float m = fmaxf(row_max[i], block_max[i]);
         const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;
         const float alpha = exp2f((row_max[i] - m_ref) * kLog2e);

@@ -63,6 +63,14 @@ struct RaggedKvSource {
     key = k + j * k_stride_token;
     value = v + j * v_stride_token;
   }
+
+  // The paged source's two halves, with a page of one row (the sm_90 decode kernel's row
+  // copies read rows this way; batch-invariant ragged calls run that kernel).
+  static constexpr int32_t slot_mask = 0;
+  __device__ int32_t PageOf(int32_t j) const { return j; }
+  __device__ void RowsInPage(int64_t page, int32_t, const T*& key, const T*& value) const {
+    Rows(static_cast<int32_t>(page), key, value);
+  }
 };
 
 }  // namespace splitkv::cuda

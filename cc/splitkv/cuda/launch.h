@@ -30,8 +30,8 @@ void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params
                  const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
                  const char* op);
 template <int kHeadDim>
-void LaunchRagged(DType dtype, const AttentionKernelParams& params, const RaggedKvParams& kv, int64_t num_tiles,
-                  cudaStream_t stream, const char* op);
+void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& params, const RaggedKvParams& kv,
+                  int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op);
 
 // CTAs of the paged kernel for (kind, kHeadDim) that fit on one SM of the current device.
 template <int kHeadDim>

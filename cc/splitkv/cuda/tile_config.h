@@ -32,11 +32,21 @@ constexpr TileChoice ChooseTile(int64_t group_size, int64_t max_q_len) {
   return {TileKind::kPrefill, group_size >= kPrefillRows ? 1 : kPrefillRows / group_size};
 }
 
-// Batch-invariant mode: every call, paged or ragged, decode or prefill, runs prefill tiles
-// of the mma.sync kernel (one reduction order per row: its rows' results do not depend on
-// the tile's other rows, while the decode tiles' warp slices and the sm_90 kernels reduce
-// differently), split at absolute multiples of kInvariantSplitKeys keys.
-constexpr TileChoice InvariantTile(int64_t group_size) {
+// Batch-invariant mode: every call of a device, paged or ragged, decode or prefill, runs one
+// kernel family whose rows' results do not depend on the tile's other rows, split at absolute
+// multiples of kInvariantSplitKeys keys with blocks on multiples of the block size, so a row
+// meets the same blocks, splits and reduction order in any tile, batch or launch:
+//  - sm_90 with a kv head's group within a decode tile's 16 rows: decode tiles (16 / group
+//    tokens) for every call, run by the bulk decode kernel (decode_kernel.cuh; ragged K/V by
+//    row copies, which put the same values in the same fragments as the paged cache's tensor
+//    copies). A decode then runs the default mode's kernel; a prefill pays for 16-row tiles.
+//    Calls whose K/V rows are not 16-byte aligned run the mma.sync decode tiles instead
+//    (other bits: invariance holds among calls of the same alignment, which a batch does not
+//    change);
+//  - elsewhere, and for wider groups: prefill tiles of the mma.sync kernel (the warp
+//    slices of its decode tiles reduce in another order than prefill tiles).
+constexpr TileChoice InvariantTile(int64_t group_size, bool sm90a) {
+  if (sm90a && group_size <= kDecodeRows) return {TileKind::kDecode, kDecodeRows / group_size};
   return {TileKind::kPrefill, group_size >= kPrefillRows ? 1 : kPrefillRows / group_size};
 }
 inline constexpr int64_t kInvariantSplitKeys = 1024;
