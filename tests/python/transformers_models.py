@@ -34,18 +34,19 @@ def llama3_8b_attention_config(num_layers=4, vocab_size=32000):
                        rms_norm_eps=1e-5)
 
 
-def gpt_oss_like_config(num_layers=2, vocab_size=512):
-    """A tiny gpt-oss: attention sinks on every layer, sliding and full layers alternating
-    (window 16), a small mixture of experts. splitkv refuses it until splitkv takes sinks
-    (splitkv/integrations/transformers.py, SINKS)."""
+def gpt_oss_like_config(num_layers=4, sliding_window=12, vocab_size=512):
+    """A tiny gpt-oss: attention sinks on every layer, sliding (window `sliding_window`,
+    not a multiple of the 16-slot blocks) and full layers alternating through
+    ``layer_types``, q/k/v biases, a 4-expert mixture (top 2) kept small for the CPU."""
     return GptOssConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=128,
                         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
-                        head_dim=64, sliding_window=16, num_local_experts=4, num_experts_per_tok=2,
-                        max_position_embeddings=2048)
+                        head_dim=64, sliding_window=sliding_window, num_local_experts=4,
+                        num_experts_per_tok=2)
 
 
 def build(config, seed=0, dtype=torch.float32, device="cpu"):
-    """The causal LM of `config` with seeded random weights, in eval mode."""
+    """The causal LM of `config` with seeded random weights, in eval mode (gpt-oss: sinks
+    drawn from N(0.5, 1.5^2) per head)."""
     classes = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM}
     if config.model_type == "gpt_oss":
         from transformers import GptOssForCausalLM
@@ -53,6 +54,13 @@ def build(config, seed=0, dtype=torch.float32, device="cpu"):
     torch.manual_seed(seed)
     with torch.device(device):
         model = classes[config.model_type](config)
+        if config.model_type == "gpt_oss":
+            # transformers initialises sinks near 0 (std 0.02); real gpt-oss sinks are
+            # spread over a few units, and a sink that weighs from a fraction to several
+            # times a row's keys is what a test of them needs.
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    layer.self_attn.sinks.normal_(0.5, 1.5)
     return model.to(dtype).eval()
 
 

@@ -2,6 +2,8 @@
 splitkv against transformers' default paged attention, same model, same prompts.
 
     ./tools/bazel run //tools/bench:transformers_bench -- --device=cpu       # tiny Llama, CPU
+    ./tools/bazel run //tools/bench:transformers_bench -- --device=cpu --model=gpt_oss_tiny \
+        --implementations='paged|eager,paged|splitkv'                       # sinks + window
     # GPU machine (no Bazel), from a staged CUDA package (tools/gpu/README.md):
     PYTHONPATH=.device:tests/python python3 tools/bench/transformers_bench.py --device=cuda \
         --model=llama3_8b_attention --num_prompts=64 --max_new_tokens=128
@@ -41,6 +43,9 @@ _MODELS = {
     "llama_tiny": models.llama_gqa_config,
     "qwen2_tiny": models.qwen2_like_config,
     "llama3_8b_attention": models.llama3_8b_attention_config,
+    # gpt-oss (sinks, alternating window): transformers refuses sdpa for it, so pass
+    # --implementations='paged|eager,paged|splitkv'.
+    "gpt_oss_tiny": models.gpt_oss_like_config,
 }
 
 FLAGS = flags.FLAGS

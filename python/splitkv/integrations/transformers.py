@@ -21,17 +21,21 @@ continuous-batching loop (``generate_batch``, ``ContinuousBatchingManager``) the
   on the new keys and values;
 - sliding-window layers run :func:`splitkv.ragged_attention` with ``window_left`` on the
   window transformers gathers from its rolling buffer (at most ``sliding_window - 1``
-  cached keys per request plus the new ones), because that buffer is not in logical order.
+  cached keys per request plus the new ones), because that buffer is not in logical order;
+  ``window_left = sliding_window - 1`` is read per layer (gpt-oss alternates sliding and
+  full layers through ``config.layer_types``);
+- a layer with attention sinks (gpt-oss: ``s_aux`` / ``module.sinks``) passes them as
+  splitkv's ``sinks`` to each of those calls, the semantics of transformers' own
+  ``paged|eager`` (its ``paged|sdpa`` drops them, so compare gpt-oss with ``paged|eager``).
 
 One :class:`splitkv.Workspace` per device serves every layer (:func:`workspace_for`). The
 adapter reads no device tensor on the host (lengths come from transformers' host-side
 ``max_seqlen_q``/``max_seqlen_k``), so a full-attention layer never waits for the GPU; a
 sliding-window layer's gather is transformers' own ``cache.update``.
 
-Not supported (each refused with an error naming it): attention sinks (gpt-oss; see
-``_sinks``), transformers' decode fast path (``block_table``: transformers enables it for
-flash attention only), CUDA-graph padding of the batch, dropout, and a forward outside
-continuous batching (no paged cache).
+Not supported (each refused with an error naming it): transformers' decode fast path
+(``block_table``: transformers enables it for flash attention only), CUDA-graph padding of
+the batch, dropout, and a forward outside continuous batching (no paged cache).
 
 Importing this module needs transformers (the ``transformers`` extra); ``import splitkv``
 does not import it.
@@ -128,17 +132,19 @@ def _refuse(what, expected, got):
 
 
 def _sinks(module, kwargs):
-    # SINKS: gpt-oss passes its per-head sink logits as s_aux (module.sinks,
-    # [num_qo_heads]). When splitkv's paged_attention / ragged_attention take
-    # `sinks=` ([num_qo_heads] float32, DESIGN.md), return `sinks.float()` here and add
-    # it to `options` in paged_attention_forward (all three splitkv calls take those);
-    # the test model is tests/python/transformers_models.py's gpt_oss_like_config
-    # (sinks on every layer, sliding and full layers alternating).
-    sinks = kwargs.get("s_aux", getattr(module, "sinks", None))
-    if sinks is not None:
-        raise NotImplementedError(f"{_OP}: attention sinks (s_aux) are not supported yet: "
-                                  f"expected a model without sinks, got {type(module).__name__}")
-    return None
+    """The layer's attention sinks as splitkv takes them (float32 ``[num_qo_heads]``), or None.
+
+    gpt-oss passes its per-head sink logits as ``s_aux`` (``module.sinks``); transformers'
+    paged eager path adds them to every softmax row of the layer, full and sliding layers
+    alike, which is splitkv's ``sinks`` (one extra logit per row, no value). Converted on
+    the device (no host sync); a float32 parameter is used as it is.
+    """
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        sinks = getattr(module, "sinks", None)
+    if sinks is None:
+        return None
+    return sinks.detach().to(torch.float32).contiguous()
 
 
 def _layer_window(module, kwargs):
@@ -186,7 +192,8 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     Parameters
     ----------
     module : torch.nn.Module
-        The attention layer: ``layer_idx``, optional ``sliding_window`` (int or None).
+        The attention layer: ``layer_idx``, optional ``sliding_window`` (int or None) and
+        ``sinks`` (gpt-oss).
     query : torch.Tensor
         ``[1, num_qo_heads, total_q, head_dim]``, the model's dtype (float32 on the CPU
         only; bfloat16/float16 on CUDA).
@@ -205,7 +212,9 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         ``[batch_size + 1]`` int32, ``cu_seq_lens_k`` (int32 tensor, or a dict by layer
         type), ``max_seqlen_q`` (int), ``max_seqlen_k`` (int or dict), ``read_index`` and
         ``write_index`` (int64, one per layer group), ``block_table`` (must be None);
-        optional ``sliding_window``, ``softcap`` (logit soft cap), ``s_aux`` (sinks).
+        optional ``sliding_window`` (window_left = sliding_window - 1), ``softcap`` (logit
+        soft cap), ``s_aux`` (attention sinks, ``[num_qo_heads]``, any float dtype; else
+        ``module.sinks`` when the layer has it).
 
     Returns
     -------
@@ -219,8 +228,6 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         No paged cache (a forward outside continuous batching), dropout != 0, a decode
         fast-path block table, a padded batch (CUDA graphs), or any of splitkv's own
         refusals (dtype, head_dim, ...).
-    NotImplementedError
-        The model has attention sinks.
     """
     cache = kwargs.get("cache")
     if cache is None:
@@ -232,7 +239,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     if kwargs.get("block_table") is not None:
         _refuse("block_table unsupported", "None (transformers' decode fast path is for flash "
                 "attention; set max_blocks_per_request=0)", "a block table")
-    sinks = _sinks(module, kwargs)  # None until splitkv takes sinks (see _sinks)
+    sinks = _sinks(module, kwargs)
     layer_type, window_left = _layer_window(module, kwargs)
     cu_seqlens_q = kwargs["cu_seq_lens_q"]
     cu_seqlens_kv, max_seqlen_kv = kwargs["cu_seq_lens_k"], kwargs["max_seqlen_k"]
@@ -252,9 +259,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
                 "batches for CUDA graphs are not supported)", write_index.numel())
     workspace = workspace_for(q.device)
     options = dict(sm_scale=scaling, causal=True, window_left=window_left,
-                   logits_soft_cap=float(soft_cap), max_q_len=max_q_len)
-    if sinks is not None:  # SINKS: reached once _sinks returns them instead of refusing
-        options["sinks"] = sinks
+                   logits_soft_cap=float(soft_cap), max_q_len=max_q_len, sinks=sinks)
 
     if read_index.numel() == 0:
         # Fresh prompts only: their keys are exactly the new ones.
