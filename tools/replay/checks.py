@@ -7,7 +7,8 @@ import torch
 import splitkv_reference
 
 # (atol, rtol) of an output against float64 on the same (rounded) inputs: the kernels
-# accumulate in float32, so what is left is mostly the output's own rounding.
+# accumulate in float32, so what is left is mostly the output's own rounding. An fp8 pool
+# is compared on its dequantized values (stored * scale) with q's dtype's tolerances.
 OUTPUT_TOLERANCES = {
     torch.float32: (1e-4, 1e-4),
     torch.float16: (2e-3, 2e-3),
@@ -26,13 +27,14 @@ class CheckStats:
     max_out_error: float = 0.0
     max_lse_error: float = 0.0
     failures: list = dataclasses.field(default_factory=list)
+    layer_requests: dict = dataclasses.field(default_factory=dict)  # request checks per layer name
 
 
 # Bound on float64 K (or V) elements gathered at once for a batch of decode checks (128 MiB).
 _MAX_DECODE_ELEMENTS = 1 << 24
 
 
-def _compare(kind, step, seq, q_len, kv_len, got_out, got_lse, ref_out, ref_lse, stats):
+def _compare(kind, step, seq, layer, q_len, kv_len, got_out, got_lse, ref_out, ref_lse, stats):
     """Updates stats with one request's errors; returns a failure message or None."""
     atol, rtol = OUTPUT_TOLERANCES[got_out.dtype]
     diff = (got_out.to(torch.float64) - ref_out).abs()
@@ -40,31 +42,34 @@ def _compare(kind, step, seq, q_len, kv_len, got_out, got_lse, ref_out, ref_lse,
     out_error = float(diff.nan_to_num(nan=float("inf")).max())
     lse_error = float((got_lse.to(torch.float64) - ref_lse).abs().nan_to_num(nan=float("inf")).max())
     stats.requests += 1
+    stats.layer_requests[layer.name] = stats.layer_requests.get(layer.name, 0) + 1
     stats.max_out_error = max(stats.max_out_error, out_error)
     stats.max_lse_error = max(stats.max_lse_error, lse_error)
     if bool((diff <= atol + rtol * ref_out.abs()).all()) and lse_error <= LSE_ATOL:
         return None
-    return (f"{kind} step {step} request {seq.request.index} (q_len {q_len}, kv_len {kv_len}): "
+    return (f"{kind} step {step} request {seq.request.index}{layer.tag} (q_len {q_len}, kv_len {kv_len}): "
             f"out max abs error {out_error:.3g} (tolerance {atol:g} + {rtol:g}*|ref|), "
             f"lse max abs error {lse_error:.3g} (tolerance {LSE_ATOL:g})")
 
 
-def check_prefill(step, seqs, q, out, lse, cache, sm_scale, stats):
+def check_prefill(step, seqs, q, out, lse, layer, sm_scale, stats):
     """Compares a ragged prefill's out and lse, request by request, with float64 attention.
 
-    The reference reads K/V back from the paged cache, not from the ragged k and v the
-    kernel read, so this also confirms the prompt's tokens landed in the right pages.
-    Returns the failure messages (also appended to stats.failures).
+    The reference reads K/V back from the layer's paged cache (dequantized when fp8), not
+    from the ragged k and v the kernel read, so this also confirms the prompt's tokens
+    landed in the right pages; with the layer's window and sinks. Returns the failure
+    messages (also appended to stats.failures).
     """
     stats.calls["prefill"] += 1
     messages = []
     offset = 0
+    options = layer.reference_options()
     for seq in seqs:
         length = seq.request.context_tokens
-        k, v = cache.gather(seq.pages, length)
+        k, v = layer.reference_kv(*layer.cache.gather(seq.pages, length))
         ref_out, ref_lse = splitkv_reference.attention(q[offset:offset + length], k, v, causal=True,
-                                                       sm_scale=sm_scale)
-        message = _compare("prefill", step, seq, length, length, out[offset:offset + length],
+                                                       sm_scale=sm_scale, **options)
+        message = _compare("prefill", step, seq, layer, length, length, out[offset:offset + length],
                            lse[offset:offset + length], ref_out, ref_lse, stats)
         messages += [message] if message else []
         offset += length
@@ -72,14 +77,17 @@ def check_prefill(step, seqs, q, out, lse, cache, sm_scale, stats):
     return messages
 
 
-def check_decode(step, seqs, kv_lens, q, out, lse, cache, sm_scale, stats):
+def check_decode(step, seqs, kv_lens, q, out, lse, layer, sm_scale, stats):
     """Compares a paged decode's out and lse with float64 attention, in padded batches.
 
     The reference gathers each request's pages with plain indexing from its own page list,
-    independent of the kernel's walk of block_tables. Returns the failure messages.
+    independent of the kernel's walk of block_tables (dequantized when fp8), with the
+    layer's window and sinks. Returns the failure messages.
     """
     stats.calls["decode"] += 1
     messages = []
+    cache = layer.cache
+    options = layer.reference_options()
     per_token = q.shape[2] * cache.kv_cache.shape[2 if cache.kv_layout == "HND" else 3]
     # Shortest first, so each padded batch holds requests of similar length.
     order = sorted(range(len(seqs)), key=lambda i: kv_lens[i])
@@ -90,12 +98,13 @@ def check_decode(step, seqs, kv_lens, q, out, lse, cache, sm_scale, stats):
             end += 1
         chunk = order[begin:end]
         index = torch.tensor(chunk, device=q.device)
-        k, v = cache.gather_padded([seqs[i] for i in chunk], [kv_lens[i] for i in chunk])
+        k, v = layer.reference_kv(*cache.gather_padded([seqs[i] for i in chunk], [kv_lens[i] for i in chunk]))
         lens = torch.tensor([kv_lens[i] for i in chunk], device=q.device)
-        ref_out, ref_lse = splitkv_reference.decode_attention(q[index], k, v, lens, sm_scale=sm_scale)
+        ref_out, ref_lse = splitkv_reference.decode_attention(q[index], k, v, lens, sm_scale=sm_scale,
+                                                              **options)
         got_out, got_lse = out[index], lse[index]
         for j, i in enumerate(chunk):
-            message = _compare("decode", step, seqs[i], 1, kv_lens[i], got_out[j:j + 1], got_lse[j:j + 1],
+            message = _compare("decode", step, seqs[i], layer, 1, kv_lens[i], got_out[j:j + 1], got_lse[j:j + 1],
                                ref_out[j:j + 1], ref_lse[j:j + 1], stats)
             messages += [message] if message else []
         begin = end

@@ -18,6 +18,22 @@ from tools.replay.paged_cache import PagedKvCache
 from tools.replay.scheduler import pages_for
 
 
+def context_parallel_refusal(world, fp8, shape):
+    """The refusal of --context_parallel=world with an fp8 pool or a preset with sinks or a
+    window (splitkv.distributed.paged_attention takes neither), or None when they go together."""
+    if world == 1:
+        return None
+    if fp8:
+        return (f"replay: --kv_dtype=fp8_e4m3 conflicts with --context_parallel={world}: expected one of "
+                "them (splitkv.distributed.paged_attention takes no k_scale/v_scale yet)")
+    if shape.sinks or shape.sliding_window:
+        return (f"replay: --context_parallel={world} conflicts with the --model preset's sinks or window: "
+                "expected a preset without sinks or a sliding window, got sinks "
+                f"{shape.sinks}, sliding_window {shape.sliding_window} "
+                "(splitkv.distributed.paged_attention takes no sinks and refuses a window)")
+    return None
+
+
 class ShardedCalls:
     """This rank's pages and its calls of splitkv.distributed.paged_attention.
 

@@ -21,12 +21,12 @@ def _same(a, b):
                                               b.view(torch.int16 if b.element_size() == 2 else torch.int32))
 
 
-def _record(stats, kind, step, seq, got, alone):
+def _record(stats, kind, step, seq, got, alone, tag):
     stats.compared[kind] += 1
     if _same(got[0], alone[0]) and _same(got[1], alone[1]):
         return
     stats.differed += 1
-    stats.failures.append(f"batch invariance: {kind} step {step} request {seq.request.index}: out or lse "
+    stats.failures.append(f"batch invariance: {kind} step {step} request {seq.request.index}{tag}: out or lse "
                           f"differs from the request run alone (max abs out difference "
                           f"{float((got[0].float() - alone[0].float()).abs().max()):.3g})")
 
@@ -36,27 +36,30 @@ def decode_sample(n):
     return sorted({0, n // 2, n - 1}) if n > 0 else []
 
 
-def check_prefill(step, seqs, q, k, v, out, lse, workspace, sm_scale, stats):
-    """Re-runs each request of a ragged prefill alone."""
+def check_prefill(step, seqs, q, k, v, out, lse, workspace, sm_scale, stats, options, tag=""):
+    """Re-runs each request of a ragged prefill alone (options: the layer's window, sinks,
+    fp8 scales, as in the batched call; tag: the layer, in messages)."""
     offset = 0
     for seq in seqs:
         n = seq.request.context_tokens
         rows = slice(offset, offset + n)
         cu = torch.tensor([0, n], dtype=torch.int32, device=q.device)
         alone = splitkv.ragged_attention(q[rows], k[rows], v[rows], cu, cu, workspace, causal=True,
-                                         sm_scale=sm_scale, max_q_len=n, return_lse=True, batch_invariant=True)
-        _record(stats, "prefill", step, seq, (out[rows], lse[rows]), alone)
+                                         sm_scale=sm_scale, max_q_len=n, return_lse=True, batch_invariant=True,
+                                         **options)
+        _record(stats, "prefill", step, seq, (out[rows], lse[rows]), alone, tag)
         offset += n
 
 
 def check_decode(step, seqs, q, kv_cache, block_tables, seq_lens, out, lse, workspace, kv_layout, sm_scale,
-                 stats):
-    """Re-runs sampled requests of a paged decode alone (their block-table row, their length)."""
+                 stats, options, tag=""):
+    """Re-runs sampled requests of a paged decode alone (their block-table row, their length;
+    options and tag as in check_prefill)."""
     for i in decode_sample(len(seqs)):
         alone = splitkv.paged_attention(q[i:i + 1], kv_cache, block_tables[i:i + 1], seq_lens[i:i + 1],
                                         workspace, kv_layout=kv_layout, causal=True, sm_scale=sm_scale,
-                                        max_q_len=1, return_lse=True, batch_invariant=True)
-        _record(stats, "decode", step, seqs[i], (out[i:i + 1], lse[i:i + 1]), alone)
+                                        max_q_len=1, return_lse=True, batch_invariant=True, **options)
+        _record(stats, "decode", step, seqs[i], (out[i:i + 1], lse[i:i + 1]), alone, tag)
 
 
 def workspace_bytes_needed(requests, shape, max_prefill_tokens, max_batch_size, max_pages_per_seq):

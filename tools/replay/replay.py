@@ -7,6 +7,7 @@ when every check passed, 1 when one failed (or a call raised), 2 for a refused o
 trace (absl's own flag parsing errors exit 1).
 """
 
+import dataclasses
 import os
 import sys
 
@@ -17,7 +18,8 @@ import torch
 import splitkv
 from tools.replay import presets
 from tools.replay.runner import FAULTS, ReplayConfig, run_replay
-from tools.replay.context_parallel import control_group, gather_outcomes, outcome
+from tools.replay.context_parallel import (context_parallel_refusal, control_group, gather_outcomes,
+                                           outcome)
 from tools.replay.summary import context_parallel_rows, format_summary, summary_rows
 from tools.replay.trace import load_trace
 
@@ -37,6 +39,11 @@ flags.DEFINE_enum("model", presets.DEFAULT_PRESET, sorted(presets.PRESETS),
                       f"{name}: {p.num_qo_heads}/{p.num_kv_heads} heads, head_dim {p.head_dim}, "
                       f"page {p.page_size} ({p.description})" for name, p in sorted(presets.PRESETS.items())))
 flags.DEFINE_enum("dtype", "bfloat16", sorted(_DTYPES), "Q/K/V and output dtype.")
+flags.DEFINE_enum("kv_dtype", "same", ["same", "fp8_e4m3"],
+                  "Dtype of the paged KV pool and the ragged prefills' K/V: same (--dtype) or fp8_e4m3 "
+                  "(torch.float8_e4m3fn with per-kv-head k_scale/v_scale = amax / 448 of a seeded "
+                  "calibration sample, fixed before the first token is written; --dtype bfloat16 or "
+                  "float16). The checks compare with float64 attention on the dequantized K/V.")
 flags.DEFINE_enum("kv_layout", "HND", ["HND", "NHD"], "Layout of the paged KV cache.")
 flags.DEFINE_integer("page_size", 0, "Tokens per page; 0 takes the preset's.")
 flags.DEFINE_integer("num_pages", 8192, "Pages in the KV pool (a request waits while its pages do not fit).")
@@ -153,14 +160,20 @@ def main(argv):
         raise _refuse("replay: --batch_invariant conflicts with --context_parallel: expected one of "
                       f"them, got --context_parallel={FLAGS.context_parallel} (the sharded calls do not "
                       "take batch_invariant yet)")
+    fp8 = FLAGS.kv_dtype == "fp8_e4m3"
+    if fp8 and FLAGS.dtype == "float32":
+        raise _refuse("replay: --kv_dtype=fp8_e4m3 conflicts with --dtype=float32: expected --dtype "
+                      "bfloat16 or float16 (splitkv takes fp8 K/V with 16-bit q)")
     if not FLAGS.step_ms > 0:
         raise _refuse(f"replay: --step_ms invalid: expected > 0, got {FLAGS.step_ms}")
     if FLAGS.torch_threads:
         torch.set_num_threads(FLAGS.torch_threads)
     shape = presets.get_preset(FLAGS.model)
     if FLAGS.page_size:
-        shape = presets.AttentionShape(shape.num_qo_heads, shape.num_kv_heads, shape.head_dim,
-                                       FLAGS.page_size, shape.description)
+        shape = dataclasses.replace(shape, page_size=FLAGS.page_size)
+    refusal = context_parallel_refusal(FLAGS.context_parallel, fp8, shape)
+    if refusal:  # before torchrun's group is joined
+        raise _refuse(refusal)
     trace_path = _user_path(FLAGS.trace)
     try:
         requests = load_trace(trace_path, FLAGS.max_requests)
@@ -170,7 +183,7 @@ def main(argv):
     rank, device = _context_parallel(FLAGS.context_parallel, _device(FLAGS.device))
     config = ReplayConfig(
         requests=requests, shape=shape, device=device, dtype=_DTYPES[FLAGS.dtype],
-        kv_layout=FLAGS.kv_layout, num_pages=FLAGS.num_pages, max_batch_size=FLAGS.max_batch_size,
+        kv_dtype=torch.float8_e4m3fn if fp8 else None, kv_layout=FLAGS.kv_layout, num_pages=FLAGS.num_pages, max_batch_size=FLAGS.max_batch_size,
         max_prefill_tokens=FLAGS.max_prefill_tokens, step_seconds=FLAGS.step_ms / 1e3,
         max_generated_tokens=FLAGS.max_generated_tokens, check_every=FLAGS.check_every,
         seed=FLAGS.seed, workspace_bytes=FLAGS.workspace_mb << 20,

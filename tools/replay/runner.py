@@ -1,5 +1,6 @@
 """The replay loop: schedule a step, write its tokens into the paged cache, run its ragged
-prefill and paged decode through splitkv with one workspace, check, repeat."""
+prefill and paged decode through splitkv with one workspace (for each replayed layer:
+layers.py), check, repeat."""
 
 import dataclasses
 import math
@@ -10,14 +11,13 @@ import tqdm
 
 import splitkv
 from tools.replay import checks
-from tools.replay.context_parallel import ShardedCalls, any_rank
+from tools.replay.context_parallel import ShardedCalls, any_rank, context_parallel_refusal
 from tools.replay import invariance
 from tools.replay.invariance import InvarianceStats
+from tools.replay.layers import make_layers
 from tools.replay.page_allocator import PageAllocator
-from tools.replay.paged_cache import PagedKvCache
 from tools.replay.scheduler import Scheduler
 from tools.replay.timing import AttentionTimer
-from tools.replay.token_source import TokenSource
 
 FAULTS = ("none", "output", "counter")
 
@@ -29,6 +29,9 @@ class ReplayConfig:
     device: torch.device
     dtype: torch.dtype
     kv_layout: str = "HND"
+    # The paged pool's (and the ragged K/V's) dtype: None for dtype, or torch.float8_e4m3fn
+    # (per-kv-head scales from the data: kv_quant.py).
+    kv_dtype: torch.dtype = None
     num_pages: int = 8192
     max_batch_size: int = 128
     max_prefill_tokens: int = 16384
@@ -75,6 +78,7 @@ class ReplayResult:
     # Calls whose plan split the KV (num_splits > 1, so they used counters), and the most splits.
     split_calls: dict = dataclasses.field(default_factory=lambda: {"prefill": 0, "decode": 0})
     max_num_splits: dict = dataclasses.field(default_factory=lambda: {"prefill": 1, "decode": 1})
+    layers: list = None  # layers.Layer of each replayed layer (their names, windows, fp8 scales)
 
     @property
     def ok(self) -> bool:
@@ -87,13 +91,13 @@ def workspace_buffer(workspace) -> torch.Tensor:
 
 
 class _StepRunner:
-    """Runs the attention calls of one step and the sampled checks."""
+    """Runs the attention calls of one step, layer by layer, and the sampled checks."""
 
-    def __init__(self, config, cache, tokens, workspace, timer, stats, result, shards=None):
+    def __init__(self, config, layers, workspace, timer, stats, result):
         self.config = config
-        self.cache = cache  # every token (with shards: for the checks; the calls read shards')
-        self.shards = shards  # context_parallel.ShardedCalls, or None
-        self.tokens = tokens
+        # Each layer's cache holds every token (with shards: for the checks; the calls read
+        # its shards').
+        self.layers = layers
         self.workspace = workspace
         self.timer = timer
         self.stats = stats
@@ -129,56 +133,65 @@ class _StepRunner:
     def prefill(self, step, seqs):
         lens = [seq.request.context_tokens for seq in seqs]
         total = sum(lens)
-        q, k, v = self.tokens.draw(total)
-        page, offset = self.cache.prompt_slots(seqs)
-        self.cache.write(page, offset, k, v)
         cu = torch.tensor([0] + lens, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(self.config.device)
         num_splits = self.config.prefill_num_splits or None
-        if self.shards is None:
-            out, lse = self._attend(
-                "prefill", splitkv.ragged_attention, splitkv.plan_ragged_attention,
-                q, k, v, cu, cu, self.workspace, causal=True, sm_scale=self.sm_scale,
-                num_splits=num_splits, max_q_len=max(lens))
-        else:
-            self.shards.write(seqs, [range(n) for n in lens], page, offset, k, v)
-            op, plan_op, args, options = self.shards.call(
-                q, seqs, lens, cu_seqlens_q=cu, sm_scale=self.sm_scale, num_splits=num_splits,
-                max_q_len=max(lens))
-            out, lse = self._attend("prefill", op, plan_op, *args, self.workspace, **options)
-        if self._should_check(self.result.prefill_calls):
-            checks.check_prefill(step, seqs, q, self._faulty(out), lse, self.cache, self.sm_scale, self.stats)
-            if self.config.batch_invariant:
-                invariance.check_prefill(step, seqs, q, k, v, out, lse, self.workspace, self.sm_scale,
-                                         self.result.invariance)
+        check = self._should_check(self.result.prefill_calls)
+        for layer in self.layers:
+            # With an fp8 pool k, v are the fp8 values stored, and the ragged call reads those
+            # same values (with the scales): prefill and decode see the same keys.
+            q, k, v = layer.draw(total)
+            page, offset = layer.cache.prompt_slots(seqs)
+            layer.cache.write(page, offset, k, v)
+            options = layer.call_options()
+            if layer.shards is None:
+                out, lse = self._attend(
+                    "prefill", splitkv.ragged_attention, splitkv.plan_ragged_attention,
+                    q, k, v, cu, cu, self.workspace, causal=True, sm_scale=self.sm_scale,
+                    num_splits=num_splits, max_q_len=max(lens), **options)
+            else:
+                layer.shards.write(seqs, [range(n) for n in lens], page, offset, k, v)
+                op, plan_op, args, call_options = layer.shards.call(
+                    q, seqs, lens, cu_seqlens_q=cu, sm_scale=self.sm_scale, num_splits=num_splits,
+                    max_q_len=max(lens), **options)
+                out, lse = self._attend("prefill", op, plan_op, *args, self.workspace, **call_options)
+            if check:
+                checks.check_prefill(step, seqs, q, self._faulty(out), lse, layer, self.sm_scale, self.stats)
+                if self.config.batch_invariant:
+                    invariance.check_prefill(step, seqs, q, k, v, out, lse, self.workspace, self.sm_scale,
+                                             self.result.invariance, options, layer.tag)
         self.result.prefill_calls += 1
         self.result.prefill_tokens += total
 
     def decode(self, step, seqs):
-        q, k, v = self.tokens.draw(len(seqs))
-        page, offset = self.cache.next_token_slots(seqs)
-        self.cache.write(page, offset, k, v)
         kv_lens = [seq.kv_len + 1 for seq in seqs]
         seq_lens = torch.tensor(kv_lens, dtype=torch.int32).to(self.config.device)
         num_splits = self.config.decode_num_splits or None
-        if self.shards is None:
-            block_tables = self.cache.block_tables(seqs)
-            out, lse = self._attend(
-                "decode", splitkv.paged_attention, splitkv.plan_paged_attention,
-                q, self.cache.kv_cache, block_tables, seq_lens, self.workspace,
-                kv_layout=self.config.kv_layout, causal=True, sm_scale=self.sm_scale,
-                num_splits=num_splits, max_q_len=1)
-        else:
-            self.shards.write(seqs, [range(seq.kv_len, seq.kv_len + 1) for seq in seqs], page, offset, k, v)
-            op, plan_op, args, options = self.shards.call(
-                q, seqs, kv_lens, sm_scale=self.sm_scale, num_splits=num_splits, max_q_len=1)
-            out, lse = self._attend("decode", op, plan_op, *args, self.workspace, **options)
-        if self._should_check(self.result.decode_calls):
-            checks.check_decode(step, seqs, kv_lens, q, self._faulty(out), lse, self.cache, self.sm_scale,
-                                self.stats)
-            if self.config.batch_invariant:
-                invariance.check_decode(step, seqs, q, self.cache.kv_cache, block_tables, seq_lens, out, lse,
-                                        self.workspace, self.config.kv_layout, self.sm_scale,
-                                        self.result.invariance)
+        check = self._should_check(self.result.decode_calls)
+        for layer in self.layers:
+            q, k, v = layer.draw(len(seqs))
+            page, offset = layer.cache.next_token_slots(seqs)
+            layer.cache.write(page, offset, k, v)
+            options = layer.call_options()
+            if layer.shards is None:
+                block_tables = layer.cache.block_tables(seqs)
+                out, lse = self._attend(
+                    "decode", splitkv.paged_attention, splitkv.plan_paged_attention,
+                    q, layer.cache.kv_cache, block_tables, seq_lens, self.workspace,
+                    kv_layout=self.config.kv_layout, causal=True, sm_scale=self.sm_scale,
+                    num_splits=num_splits, max_q_len=1, **options)
+            else:
+                layer.shards.write(seqs, [range(seq.kv_len, seq.kv_len + 1) for seq in seqs], page, offset,
+                                   k, v)
+                op, plan_op, args, call_options = layer.shards.call(
+                    q, seqs, kv_lens, sm_scale=self.sm_scale, num_splits=num_splits, max_q_len=1, **options)
+                out, lse = self._attend("decode", op, plan_op, *args, self.workspace, **call_options)
+            if check:
+                checks.check_decode(step, seqs, kv_lens, q, self._faulty(out), lse, layer, self.sm_scale,
+                                    self.stats)
+                if self.config.batch_invariant:
+                    invariance.check_decode(step, seqs, q, layer.cache.kv_cache, block_tables, seq_lens, out,
+                                            lse, self.workspace, self.config.kv_layout, self.sm_scale,
+                                            self.result.invariance, options, layer.tag)
         self.result.decode_calls += 1
         self.result.decode_tokens += len(seqs)
 
@@ -187,20 +200,23 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     """Replays config.requests; returns what happened (never raises for a failed check)."""
     if config.inject_fault not in FAULTS:
         raise ValueError(f"replay: inject_fault invalid: expected one of {FAULTS}, got {config.inject_fault!r}")
+    if config.kv_dtype == config.dtype:
+        config = dataclasses.replace(config, kv_dtype=None)
+    refusal = context_parallel_refusal(config.context_parallel, config.kv_dtype is not None, config.shape)
+    if refusal:
+        raise ValueError(refusal)
     wall_start = time.perf_counter()
     shape = config.shape
     allocator = PageAllocator(config.num_pages, seed=config.seed)
     scheduler = Scheduler(config.requests, allocator, shape.page_size, config.max_batch_size,
                           config.max_prefill_tokens, config.step_seconds, config.max_generated_tokens)
     cache_args = (config.num_pages, shape.num_kv_heads, shape.page_size, shape.head_dim,
-                  config.dtype, config.device, config.kv_layout, config.max_batch_size,
+                  config.kv_dtype or config.dtype, config.device, config.kv_layout, config.max_batch_size,
                   scheduler.max_pages_per_seq)
-    cache = PagedKvCache(*cache_args)
-    shards = None
+    layers = make_layers(config, cache_args)
     if config.context_parallel > 1:
-        shards = ShardedCalls(config.rank, config.context_parallel, cache_args)
-    tokens = TokenSource(config.seed, config.device, config.dtype, shape.num_qo_heads,
-                         shape.num_kv_heads, shape.head_dim)
+        for layer in layers:
+            layer.shards = ShardedCalls(config.rank, config.context_parallel, cache_args)
     # One workspace for the whole replay, zeroed once here and never again. Batch-invariant
     # calls on CUDA need room for every split's partials (the CPU runs splits in one task).
     workspace_bytes = config.workspace_bytes
@@ -214,14 +230,15 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     stats = checks.CheckStats()
     result = ReplayResult(check_stats=stats, workspace_bytes=buffer.numel(),
                           counter_region_bytes=splitkv.COUNTER_REGION_BYTES,
-                          invariance=InvarianceStats() if config.batch_invariant else None)
-    runner = _StepRunner(config, cache, tokens, workspace, timer, stats, result, shards)
+                          invariance=InvarianceStats() if config.batch_invariant else None, layers=layers)
+    runner = _StepRunner(config, layers, workspace, timer, stats, result)
 
     bar = tqdm.tqdm(total=len(config.requests), unit="req", desc="replay", disable=not config.progress,
                     dynamic_ncols=True)
     while not scheduler.done():
         plan = scheduler.next_step()
-        cache.add_pages(plan.new_pages)
+        for layer in layers:
+            layer.cache.add_pages(plan.new_pages)
         try:
             if plan.prefill:
                 runner.prefill(plan.step, plan.prefill)
@@ -233,8 +250,8 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
         if config.inject_fault == "counter" and plan.step == 0:
             buffer[4 * 1000] = 1  # counter 1000 left nonzero, as a broken merge would
         stop = not monitor.after_step(plan.step)
-        if shards is not None:  # every rank stops at the same step, or the others would hang
-            stop = any_rank(stop, shards.control)
+        if layers[0].shards is not None:  # every rank stops at the same step, or the others would hang
+            stop = any_rank(stop, layers[0].shards.control)
         if stop:
             break
         finished = scheduler.complete_step(plan)
