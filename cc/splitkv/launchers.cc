@@ -24,7 +24,7 @@ constexpr int64_t kMaxQLen = INT32_MAX;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// An fp8 KV cache: q float16/bfloat16, finite scales, the CPU backend; otherwise no scales.
+// An fp8 KV cache: q float16/bfloat16, finite scales; otherwise no scales.
 void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv) {
   if (!kv.fp8_e4m3) {
     if (kv.k_scale != 1.0f || kv.v_scale != 1.0f || kv.k_scales != nullptr || kv.v_scales != nullptr) {
@@ -34,12 +34,6 @@ void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const 
                      (kv.k_scales != nullptr || kv.v_scales != nullptr ? " and per-head scales" : ""));
     }
     return;
-  }
-  if (backend == Backend::kCuda) {
-    throw UnsupportedError(std::string(check.op()) +
-                           ": a float8_e4m3fn KV cache is not supported on cuda: expected a "
-                           "float16 or bfloat16 cache there (fp8 runs on the cpu backend), got "
-                           "float8_e4m3fn");
   }
   if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
     check.Fail("dtype", "unsupported with a float8_e4m3fn KV cache", "q float16 or bfloat16",

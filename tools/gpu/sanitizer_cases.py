@@ -4,7 +4,7 @@ Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 d
 with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
-V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), split merges (num_splits > 1) and direct
+V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (mma.sync, paged and ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report). Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
@@ -18,6 +18,42 @@ import torch
 
 import harness  # tests/python on PYTHONPATH
 import splitkv
+import splitkv_reference
+
+
+def _fp8(problem, scale):
+    """The paged problem with its cache stored as fp8 (value / scale); the reference's keys and
+    values become what the bytes mean (stored x scale)."""
+    fp8 = torch.float8_e4m3fn
+    problem.kv_cache = (problem.kv_cache.float() / scale).to(fp8)
+    problem.keys = [(k.float() / scale).to(fp8).float() * scale for k in problem.keys]
+    problem.values = [(v.float() / scale).to(fp8).float() * scale for v in problem.values]
+    return problem
+
+
+class _Fp8Ragged:
+    """A ragged problem over fp8 k, v whose reference sees the dequantised values."""
+
+    def __init__(self, problem, scale):
+        fp8 = torch.float8_e4m3fn
+        self.inner, self.scale = problem, scale
+        self.k, self.v = (problem.k.float() / scale).to(fp8), (problem.v.float() / scale).to(fp8)
+
+    def run(self, workspace, **options):
+        p = self.inner
+        return splitkv.ragged_attention(p.q, self.k, self.v, p.cu_seqlens_q, p.cu_seqlens_kv,
+                                        workspace, **options)
+
+    def reference(self, **options):
+        p = self.inner
+        options = {k: v for k, v in options.items() if k in ("causal", "window_left", "sinks")}
+        return splitkv_reference.ragged_attention(
+            p.q.cpu(), self.k.float().cpu() * self.scale, self.v.float().cpu() * self.scale,
+            p.cu_seqlens_q, p.cu_seqlens_kv, **options)
+
+
+def _fp8_ragged(problem, scale):
+    return _Fp8Ragged(problem, scale)
 
 
 def main():
@@ -58,6 +94,14 @@ def main():
          harness.make_ragged([130, 40], [100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
                              device="cuda"),
          dict(num_splits=1, window_left=64, sinks=torch.linspace(-3, 5, 8, device="cuda"))),
+        ("paged fp8 (e4m3) cache, per-head k scales (mma.sync), 2 splits, decode",
+         _fp8(harness.make_paged([1, 45, 300], page_size=16, group=4, head_dim=128,
+                                 dtype=torch.bfloat16, device="cuda"), 0.25),
+         dict(num_splits=2, k_scale=torch.tensor([0.25, 0.25], device="cuda"), v_scale=0.25)),
+        ("ragged fp8 (e4m3) k, v, f16 d64, causal q > kv, 1 split",
+         _fp8_ragged(harness.make_ragged([70, 20], [50, 130], group=2, head_dim=64,
+                                         dtype=torch.float16, device="cuda"), 0.5),
+         dict(num_splits=1, k_scale=0.5, v_scale=0.5)),
         ("ragged non-causal, 1 split, strided",
          harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
                              device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),

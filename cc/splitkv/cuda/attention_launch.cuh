@@ -94,6 +94,12 @@ template <typename T, int kHeadDim>
 void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
                       const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
                       const char* op) {
+  if (params.kv_fp8) {  // an fp8 cache: the mma.sync kernel, which dequantises as it loads
+    if (kind == TileKind::kDecode) {
+      return KernelInstance<T, DecodeShape<kHeadDim>, PagedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);
+    }
+    return KernelInstance<T, PrefillShape<kHeadDim>, PagedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);
+  }
   if (kind == TileKind::kDecode) {
     if (params.kv_vec && DeviceRunsSm90a(op)) {
       if constexpr (kHeadDim % 64 == 0) {
@@ -123,6 +129,13 @@ void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params
 template <int kHeadDim>
 void LaunchRagged(DType dtype, const AttentionKernelParams& params, const RaggedKvParams& kv, int64_t num_tiles,
                   cudaStream_t stream, const char* op) {
+  if (params.kv_fp8) {
+    if (dtype == DType::kBFloat16) {
+      return KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, RaggedFp8KvSource>::Launch(params, kv, num_tiles,
+                                                                                               stream, op);
+    }
+    return KernelInstance<__half, PrefillShape<kHeadDim>, RaggedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);
+  }
   if (dtype == DType::kBFloat16) {
     KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, RaggedKvSource>::Launch(params, kv, num_tiles, stream, op);
   } else {

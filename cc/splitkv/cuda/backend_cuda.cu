@@ -119,6 +119,11 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.logits_soft_cap = p.options.logits_soft_cap;
   k.sm_scale = p.options.sm_scale;
   k.sinks = p.options.sinks;
+  k.kv_fp8 = p.kv_storage.fp8_e4m3;
+  k.k_scale = p.kv_storage.k_scale;
+  k.v_scale = p.kv_storage.v_scale;
+  k.k_scales = p.kv_storage.k_scales;
+  k.v_scales = p.kv_storage.v_scales;
   auto* base = static_cast<uint8_t*>(p.workspace.data);
   k.counters = reinterpret_cast<uint32_t*>(base + plan.layout.counter_offset);
   k.stats = reinterpret_cast<float*>(base + plan.layout.softmax_offset);
@@ -201,7 +206,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
                               p.v_stride_slot});
   // Hopper decode tiles fetch page runs through tensor maps where they apply (tensor_map.h).
   PagedKvMaps maps{};  // box_rows 0: row copies
-  if (tile.kind == TileKind::kDecode && k.kv_vec && DeviceRunsSm90a(kPagedOp)) {
+  if (tile.kind == TileKind::kDecode && k.kv_vec && !k.kv_fp8 && DeviceRunsSm90a(kPagedOp)) {
     maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
   }
   auto stream = static_cast<cudaStream_t>(p.stream);
