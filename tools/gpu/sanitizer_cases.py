@@ -4,7 +4,7 @@ Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 d
 with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
-V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (mma.sync, paged and ragged), split merges (num_splits > 1) and direct
+V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (the sm_90 bulk decode kernel at d128/d256, mma.sync: d64, prefill tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report). Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
@@ -94,7 +94,16 @@ def main():
          harness.make_ragged([130, 40], [100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
                              device="cuda"),
          dict(num_splits=1, window_left=64, sinks=torch.linspace(-3, 5, 8, device="cuda"))),
-        ("paged fp8 (e4m3) cache, per-head k scales (mma.sync), 2 splits, decode",
+        ("paged fp8 (e4m3) cache, d256 NHD, sinks, a window (sm_90: the bulk decode kernel), 3 splits",
+         _fp8(harness.make_paged([700, 3, 130], page_size=16, group=4, head_dim=256,
+                                 dtype=torch.bfloat16, device="cuda", kv_layout="NHD"), 0.5),
+         dict(num_splits=3, k_scale=0.5, v_scale=0.5, window_left=300,
+              sinks=torch.linspace(-2, 3, 8, device="cuda"))),
+        ("paged fp8 (e4m3) cache, f16 d64 (mma.sync), chunked prefill tiles, 2 splits",
+         _fp8(harness.make_paged([70, 200], page_size=8, group=2, head_dim=64, dtype=torch.float16,
+                                 device="cuda", q_lens=[70, 33]), 0.25),
+         dict(num_splits=2, max_q_len=70, k_scale=0.25, v_scale=0.25)),
+        ("paged fp8 (e4m3) cache, per-head k scales (sm_90: the bulk decode kernel), 2 splits, decode",
          _fp8(harness.make_paged([1, 45, 300], page_size=16, group=4, head_dim=128,
                                  dtype=torch.bfloat16, device="cuda"), 0.25),
          dict(num_splits=2, k_scale=torch.tensor([0.25, 0.25], device="cuda"), v_scale=0.25)),

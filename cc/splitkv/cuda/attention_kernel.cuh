@@ -106,6 +106,25 @@ __device__ __forceinline__ void CopyChunk(T* dst, const Fp8E4M3* src, bool vec) 
   *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
+// 4 fp8 bytes (memory order: the first in w's low byte) to two float16x2 words (the first
+// pair in lo), exactly: every e4m3 value is a float16 value, NaN stays NaN. The sm_90 decode
+// kernel's conversion (one cvt per pair on sm_89+; the sm_80 build keeps the float route).
+__device__ __forceinline__ void Fp8x4ToHalf2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n"
+      "  .reg .b16 a, b;\n"
+      "  mov.b32 {a, b}, %2;\n"
+      "  cvt.rn.f16x2.e4m3x2 %0, a;\n"
+      "  cvt.rn.f16x2.e4m3x2 %1, b;\n"
+      "}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  lo = PackPair<__half>(Fp8E4M3ToFloat(w & 0xffu), Fp8E4M3ToFloat((w >> 8) & 0xffu));
+  hi = PackPair<__half>(Fp8E4M3ToFloat((w >> 16) & 0xffu), Fp8E4M3ToFloat(w >> 24));
+#endif
+}
+
 template <typename T>
 __device__ __forceinline__ void ZeroChunk(T* dst) {
   *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);

@@ -206,7 +206,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
                               p.v_stride_slot});
   // Hopper decode tiles fetch page runs through tensor maps where they apply (tensor_map.h).
   PagedKvMaps maps{};  // box_rows 0: row copies
-  if (tile.kind == TileKind::kDecode && k.kv_vec && !k.kv_fp8 && DeviceRunsSm90a(kPagedOp)) {
+  if (tile.kind == TileKind::kDecode && k.kv_vec && DeviceRunsSm90a(kPagedOp)) {
     maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
   }
   auto stream = static_cast<cudaStream_t>(p.stream);
