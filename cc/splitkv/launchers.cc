@@ -157,8 +157,10 @@ int64_t CheckCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* c
 }
 
 BackendTraits TraitsFor(Backend backend, int64_t group_size, int64_t head_dim, int64_t max_q_len,
-                        void* stream, bool batch_invariant) {
-  if (backend == Backend::kCuda) return cuda::Traits(group_size, head_dim, max_q_len, stream, batch_invariant);
+                        void* stream, bool batch_invariant, bool kv_fp8) {
+  if (backend == Backend::kCuda) {
+    return cuda::Traits(group_size, head_dim, max_q_len, stream, batch_invariant, kv_fp8);
+  }
   return cpu::Traits(group_size, head_dim);
 }
 
@@ -315,7 +317,8 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckPagedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream, p.options.batch_invariant);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream,
+                                         p.options.batch_invariant, p.kv_storage.fp8_e4m3);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               p.max_q_len, max_kv, p.options, p.workspace);
 }
@@ -359,7 +362,8 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant,
+                                         p.kv_storage.fp8_e4m3);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               max_q, max_kv, p.options, p.workspace);
 }

@@ -120,8 +120,10 @@ template <class S>
 __device__ __forceinline__ void ConvertWarpRows(__half* dst, const void* staged, int key0, int lane, int j_warp,
                                                 int lo, int hi) {
   constexpr int kChunks = S::kHeadDim / 16;  // 16 fp8 bytes: one staged 8-word chunk
+  static_assert(S::kKeysPerWarp * kChunks % 32 == 0, "whole rounds of the warp");
 #pragma unroll
-  for (int i = lane; i < S::kKeysPerWarp * kChunks; i += 32) {
+  for (int round = 0; round < S::kKeysPerWarp * kChunks / 32; ++round) {
+    const int i = lane + 32 * round;
     const int r = i / kChunks, c = i % kChunks, row = key0 + r;
     uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0;
     if (j_warp + r >= lo && j_warp + r < hi) {

@@ -41,7 +41,8 @@ struct AttentionKernelParams {
   // read only where a row's final result is written (RowWithSink in split_merge.cuh).
   const float* sinks = nullptr;
   // An fp8 (float8 e4m3fn) K/V cache (params.h: KvStorage): true value = stored x scale, the
-  // per-kv-head arrays when non-null. Only the mma.sync kernel runs it.
+  // per-kv-head arrays when non-null. The mma.sync kernel (fp8 sources) and the bulk decode
+  // kernel (fp8 shapes) run it; the wgmma prefill does not.
   bool kv_fp8 = false;
   float k_scale = 1.0f, v_scale = 1.0f;
   const float* k_scales = nullptr;
