@@ -41,7 +41,9 @@ void MergeStates(const MergeStatesParams& params);
 namespace cuda {
 // True in a --config=cuda build; otherwise a stub whose other functions throw.
 bool Available();
-BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant);
+// kv_fp8: an fp8 cache (its decode kernel fits other CTA counts an SM).
+BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant,
+                     bool kv_fp8);
 void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
 void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
 // cudaMemsetAsync of the counter region on `stream`.

@@ -24,7 +24,7 @@ constexpr int64_t kMaxQLen = INT32_MAX;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// An fp8 KV cache: q float16/bfloat16, finite scales, the CPU backend; otherwise no scales.
+// An fp8 KV cache: q float16/bfloat16, finite scales; otherwise no scales.
 void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv) {
   if (!kv.fp8_e4m3) {
     if (kv.k_scale != 1.0f || kv.v_scale != 1.0f || kv.k_scales != nullptr || kv.v_scales != nullptr) {
@@ -34,12 +34,6 @@ void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const 
                      (kv.k_scales != nullptr || kv.v_scales != nullptr ? " and per-head scales" : ""));
     }
     return;
-  }
-  if (backend == Backend::kCuda) {
-    throw UnsupportedError(std::string(check.op()) +
-                           ": a float8_e4m3fn KV cache is not supported on cuda: expected a "
-                           "float16 or bfloat16 cache there (fp8 runs on the cpu backend), got "
-                           "float8_e4m3fn");
   }
   if (dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
     check.Fail("dtype", "unsupported with a float8_e4m3fn KV cache", "q float16 or bfloat16",
@@ -163,8 +157,10 @@ int64_t CheckCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* c
 }
 
 BackendTraits TraitsFor(Backend backend, int64_t group_size, int64_t head_dim, int64_t max_q_len,
-                        void* stream, bool batch_invariant) {
-  if (backend == Backend::kCuda) return cuda::Traits(group_size, head_dim, max_q_len, stream, batch_invariant);
+                        void* stream, bool batch_invariant, bool kv_fp8) {
+  if (backend == Backend::kCuda) {
+    return cuda::Traits(group_size, head_dim, max_q_len, stream, batch_invariant, kv_fp8);
+  }
   return cpu::Traits(group_size, head_dim);
 }
 
@@ -321,7 +317,8 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckPagedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream, p.options.batch_invariant);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream,
+                                         p.options.batch_invariant, p.kv_storage.fp8_e4m3);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               p.max_q_len, max_kv, p.options, p.workspace);
 }
@@ -365,7 +362,8 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant);
+  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant,
+                                         p.kv_storage.fp8_e4m3);
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               max_q, max_kv, p.options, p.workspace);
 }

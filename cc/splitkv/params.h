@@ -30,14 +30,15 @@ enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 // How k and v are stored. By default they are `dtype`, like q. fp8_e4m3: they are float8
 // e4m3fn bytes (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
 // 0x7f/0xff are NaN) whose true value is stored x scale: k_scale for k and v_scale for v,
-// or the per-kv-head arrays when given. q and out are then float16 or bfloat16. The CPU
-// backend only for now (UnsupportedError on CUDA). Without fp8_e4m3 the scales must stay at
-// their defaults (1, null).
+// or the per-kv-head arrays when given. q and out are then float16 or bfloat16. Both
+// backends (on CUDA: sm_90 decode tiles at head_dim 128/256 through the bulk decode kernel,
+// everything else through the mma.sync kernel; never the wgmma prefill).
+// Without fp8_e4m3 the scales must stay at their defaults (1, null).
 struct KvStorage {
   bool fp8_e4m3 = false;
   float k_scale = 1.0f;  // per-tensor scales, finite; used where the arrays below are null
   float v_scale = 1.0f;
-  // Per-kv-head scales, float32 [num_kv_heads] (host memory on the CPU backend), or null.
+  // Per-kv-head scales, float32 [num_kv_heads] (memory of the call's backend), or null.
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
 };

@@ -147,7 +147,12 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
         ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
         V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
-        (one scale per kv head). CPU backend only for now: CUDA refuses an fp8 cache.
+        (one scale per kv head). On an H100/H200 (sm_90) decode tiles at head_dim 128
+        and 256 over a 16-byte aligned cache with pages of 8+ slots run the sm_90 decode
+        kernel, which converts the fp8 rows to float16 in shared memory (exactly; a
+        bfloat16 q is scaled per row by a power of two into float16's range); every other
+        fp8 call runs the mma.sync kernel, which converts as it loads. Correct everywhere;
+        not yet faster than a 16-bit cache (docs/perf_log.md).
         Default None: K/V are q's dtype, and giving a scale then is an error.
 
     Returns
@@ -177,8 +182,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         of range, cu_seqlens_q not a prefix sum from 0, a workspace too small (for the
         counter region or a forced num_splits), misaligned, its counter region corrupted,
         or in use by another thread; out overlapping an input or itself; a head_dim the
-        backend does not support, float32 or an fp8 cache on CUDA, or a CUDA tensor in a
-        CPU-only build.
+        backend does not support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
     RuntimeError
         A CUDA call failed.
 
@@ -324,7 +328,9 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
         ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
         V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
-        (one scale per kv head). CPU backend only for now: CUDA refuses an fp8 cache.
+        (one scale per kv head). On CUDA fp8 k, v run the mma.sync kernel (not the sm_90
+        wgmma prefill), which converts them exactly as it loads them: correct, slower than
+        16-bit k, v.
         Default None: K/V are q's dtype, and giving a scale then is an error.
 
     Returns
@@ -352,7 +358,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         total_q / total_kv, a workspace too small (for the counter region or a forced
         num_splits), misaligned, its counter region corrupted, or in use by another
         thread; out overlapping an input or itself; a head_dim the backend does not
-        support, float32 or fp8 k/v on CUDA, or a CUDA tensor in a CPU-only build.
+        support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
     RuntimeError
         A CUDA call failed.
 

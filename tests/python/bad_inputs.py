@@ -293,11 +293,6 @@ ROWS = [
         _R + "v dtype mismatch: expected torch.float8_e4m3fn (the dtype of k), got torch.float16",
         lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn), k_scale=1.0,
                                       v_scale=1.0)),
-    Row("fp8_on_cuda", "paged", "an fp8 cache on CUDA (not implemented there yet)", ValueError,
-        _P + "a float8_e4m3fn KV cache is not supported on cuda: expected a float16 or bfloat16 "
-        "cache there (fp8 runs on the cpu backend), got float8_e4m3fn",
-        lambda p, ws, d: _paged_call(p, ws, kv_cache=p.kv_cache.to(torch.float8_e4m3fn),
-                                     k_scale=1.0, v_scale=1.0), "cuda"),
     # ---- paged: workspace ----
     Row("workspace_not_contiguous", "paged", "workspace not contiguous", ValueError,
         _P + "workspace is not contiguous: expected a contiguous tensor, got strides (2,); "

@@ -63,8 +63,6 @@ CASES = harness.pairwise({
 @pytest.mark.parametrize("case", CASES, ids=harness.case_id)
 def test_paged_fp8_matches_reference(device, case):
     harness.require(device, case["dtype"], case["head_dim"])
-    if device == "cuda":
-        pytest.skip("fp8 KV runs on the CPU backend only (CUDA refuses it: see errors)")
     problem = harness.make_paged([40, 0, 130], page_size=16, group=case["group"],
                                  head_dim=case["head_dim"], dtype=case["dtype"],
                                  kv_layout=case["kv_layout"], q_lens=case["q_lens"],
@@ -85,22 +83,20 @@ def test_paged_fp8_matches_reference(device, case):
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_ragged_fp8_with_sinks(device, num_splits):
     harness.require(device, torch.bfloat16)
-    if device == "cuda":
-        pytest.skip("fp8 KV runs on the CPU backend only")
     problem = harness.make_ragged([5, 0, 70], [30, 4, 200], group=4, head_dim=128,
                                   dtype=torch.bfloat16, device=device, seed=6)
     k_scale = torch.tensor([0.2, 0.05])
     v_scale = 0.125
-    k = (problem.k.float() / k_scale[None, :, None]).to(FP8)
-    v = (problem.v.float() / v_scale).to(FP8)
+    k = (problem.k.cpu().float() / k_scale[None, :, None]).to(FP8).to(device)
+    v = (problem.v.cpu().float() / v_scale).to(FP8).to(device)
     problem.k, problem.v = k, v
     sinks = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.5, -3.0, 4.0, 0.25], device=device)
     workspace = harness.shared_workspace(device)
     harness.fill_garbage(workspace)
     out, lse = problem.run(workspace, return_lse=True, num_splits=num_splits, sinks=sinks,
                            k_scale=k_scale.to(device), v_scale=v_scale)
-    expected, expected_lse = splitkv_reference_ragged(problem, k.float() * k_scale[None, :, None],
-                                                      v.float() * v_scale, sinks)
+    expected, expected_lse = splitkv_reference_ragged(
+        problem, k.cpu().float() * k_scale[None, :, None], v.cpu().float() * v_scale, sinks)
     assert out.dtype == torch.bfloat16
     harness.assert_close(out, expected, torch.bfloat16)
     harness.assert_lse_close(lse, expected_lse)
@@ -117,8 +113,6 @@ def splitkv_reference_ragged(problem, k, v, sinks):
 def test_fp8_pair_and_ops(device):
     """A (k, v) pair of fp8 tensors, through the eager function and splitkv.ops: same bits."""
     harness.require(device, torch.float16)
-    if device == "cuda":
-        pytest.skip("fp8 KV runs on the CPU backend only")
     problem = harness.make_paged([90, 7], page_size=8, group=2, head_dim=64,
                                  dtype=torch.float16, kv_form="pair", device=device, seed=8)
     k = (problem.kv_cache[0].float() / 0.5).to(FP8)
@@ -135,13 +129,51 @@ def test_fp8_pair_and_ops(device):
     assert splitkv.plan_paged_attention(*args, k_scale=0.5, v_scale=0.25).num_splits >= 1
 
 
-@pytest.mark.gpu
-def test_cuda_refuses_fp8():
-    """Until CUDA has an fp8 path it refuses one, naming it (no crash, counters zero)."""
-    harness.require("cuda", torch.bfloat16)
-    problem = harness.make_paged([20], page_size=16, dtype=torch.bfloat16, device="cuda")
-    workspace = harness.shared_workspace("cuda")
-    with pytest.raises(ValueError, match="float8_e4m3fn KV cache is not supported on cuda"):
-        splitkv.paged_attention(problem.q, problem.kv_cache.to(FP8), problem.block_tables,
-                                problem.seq_lens, workspace, k_scale=1.0, v_scale=1.0)
+@pytest.mark.parametrize("device", DEVICES)
+def test_ragged_fp8_unaligned_rows(device):
+    """fp8 k, v whose rows start at odd byte offsets (no vector loads on CUDA)."""
+    harness.require(device, torch.float16)
+    problem = harness.make_ragged([3, 40], [20, 90], group=2, head_dim=64, dtype=torch.float16,
+                                  device=device, seed=10)
+    padded = torch.full((problem.k.shape[0], 2, 2, 65), float("nan")).to(FP8)
+    padded[..., :64] = torch.stack([problem.k.cpu().float() / 0.5,
+                                    problem.v.cpu().float() / 0.5], 1).to(FP8)
+    padded = padded.to(device)
+    k, v = padded[:, 0, :, :64], padded[:, 1, :, :64]
+    assert k.stride(1) == 65 and v.stride(0) == 260
+    workspace = harness.shared_workspace(device)
+    out = splitkv.ragged_attention(problem.q, k, v, problem.cu_seqlens_q, problem.cu_seqlens_kv,
+                                   workspace, k_scale=0.5, v_scale=0.5, num_splits=2)
+    expected, _ = splitkv_reference.ragged_attention(
+        problem.q.cpu(), k.cpu().float() * 0.5, v.cpu().float() * 0.5, problem.cu_seqlens_q,
+        problem.cu_seqlens_kv)
+    harness.assert_close(out, expected, torch.float16)
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_splits", [None, 1, 5])
+def test_paged_fp8_decode_long(device, dtype, head_dim, num_splits):
+    """Decode over longer fp8 caches: many key blocks (on sm_90 at head_dim 128 and 256 the
+    bulk decode kernel, which converts the staged bytes to float16 and runs a bfloat16 q as
+    float16 scaled by a power of two per row), sinks, GQA 4, per-head k scales, q rows far
+    from magnitude 1 both ways, HND and NHD, planned and forced splits."""
+    harness.require(device, dtype, head_dim)
+    for kv_layout, q_magnitude, seed in (("HND", 30.0, 11), ("NHD", 1e-3, 12)):
+        problem = harness.make_paged([1000, 3, 517, 64], page_size=16, group=4,
+                                     head_dim=head_dim, dtype=dtype, kv_layout=kv_layout,
+                                     device=device, seed=seed)
+        problem.q = (problem.q.float() * q_magnitude).to(dtype)
+        k_scale = _scales(True, 2, seed)
+        v_scale = 0.3
+        problem.kv_cache, problem.keys, problem.values = _quantised_paged(problem, k_scale,
+                                                                          v_scale)
+        sinks = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.5, -3.0, 4.0, 0.25], device=device)
+        workspace = harness.shared_workspace(device)
+        harness.fill_garbage(workspace)
+        out, _ = harness.run_and_check(
+            problem, workspace, dict(sinks=sinks), poison_out=True, num_splits=num_splits,
+            k_scale=k_scale.to(device), v_scale=v_scale)
+        assert out.dtype == dtype

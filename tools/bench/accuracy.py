@@ -52,13 +52,14 @@ class Sample:
         return float(diff.max()), bool((diff <= atol + rtol * self.ref.abs()).all())
 
 
-def decode_sample(copy, seed=0):
-    """Rows of a decode output [batch, num_qo_heads, d] (one query per request, sees all keys)."""
+def decode_sample(copy, seed=0, sinks=None):
+    """Rows of a decode output [batch, num_qo_heads, d] (one query per request, sees all keys;
+    sinks: [num_qo_heads] attention sinks, or None)."""
     rng = random.Random(seed)
     batch = copy.q.shape[0]
     requests = _pick(batch, MAX_REQUESTS, rng)
     refs = [splitkv_reference.attention(copy.q[b:b + 1], copy.k[b].transpose(0, 1),
-                                        copy.v[b].transpose(0, 1), causal=False)[0]
+                                        copy.v[b].transpose(0, 1), causal=False, sinks=sinks)[0]
             for b in requests]
     rows = torch.tensor(requests, dtype=torch.int64, device=copy.q.device)
     return Sample(rows, torch.cat(refs), copy.q.dtype)

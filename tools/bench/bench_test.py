@@ -32,24 +32,26 @@ def main():
     for row in rows:
         assert _FIELDS <= set(row), sorted(_FIELDS - set(row))
     splitkv_rows = [r for r in rows if r["impl"].startswith("splitkv")]
-    # 2 decode cases (one with 2 page sizes), 2 prefill cases, merge: 1 split, planned, 2 forced.
-    assert len(splitkv_rows) == 3 + 2 + 3, [(r["shape"], r["impl"]) for r in splitkv_rows]
+    # 2 decode cases (one with 2 page sizes): splitkv and sinks rows each, an fp8 row for the
+    # bfloat16 one; 2 prefill cases, merge: 1 split, planned, 2 forced.
+    assert len(splitkv_rows) == 3 * 2 + 1 + 2 + 3, [(r["shape"], r["impl"]) for r in splitkv_rows]
     for row in splitkv_rows:
         assert row["status"] == "ok" and row["within_tolerance"], row
         assert row["seconds"] > 0 and row["bytes_per_s"] > 0 and row["flops_per_s"] > 0, row
         assert row["num_splits"] >= 1, row
         tolerance = 1e-4 if row["dtype"] == "float32" else 3e-2
         assert 0 < row["max_abs_err"] < tolerance, row  # real values: small, never exactly 0
-        if row["section"] != "merge":
+        if row["section"] != "merge" and row["impl"] != "splitkv sinks":  # SDPA has no sinks
             assert row["max_abs_diff_vs_sdpa"] < tolerance, row
     forced = [r for r in splitkv_rows if r["impl"] == "splitkv num_splits=2"]
     assert forced and forced[0]["num_splits"] == 2 and "vs 1 split" in forced[0]["note"], forced
     sdpa_rows = [r for r in rows if r["impl"] == "sdpa"]
     assert len(sdpa_rows) == 4 and all(r["status"] == "ok" for r in sdpa_rows), sdpa_rows
     # FlashInfer and FA3 are never silently absent: on the CPU, one skipped row each per decode
-    # page size (3) and prefill case (2), with the reason, in the JSON and the table.
+    # page size (3; the fp8 one for the bfloat16 case) and prefill case (2), with the reason,
+    # in the JSON and the table.
     peer_rows = [r for r in rows if r["impl"].startswith(("flashinfer", "fa3"))]
-    assert len(peer_rows) == 3 * 4 + 2 * 3, [(r["shape"], r["impl"]) for r in peer_rows]
+    assert len(peer_rows) == 3 * 4 + 1 + 2 * 3, [(r["shape"], r["impl"]) for r in peer_rows]
     for row in peer_rows:
         assert row["status"] == "skipped" and "runs on CUDA only" in row["note"], row
     assert "| prefill | 2 x 100 d64 | float32 | flashinfer sm90 | - | - |" in result.stdout, result.stdout

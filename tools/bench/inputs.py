@@ -3,6 +3,9 @@
 Every implementation reads the same values: a decode case's KV is drawn once as
 contiguous `[batch, num_kv_heads, kv_len, head_dim]` tensors (what SDPA reads), and each
 paged cache is scattered from them into randomly permuted pages (what splitkv reads).
+A 16-bit decode case's K/V values are ones an fp8 (e4m3) cache holds exactly at FP8_SCALE,
+so its fp8 rows (fp8_paged_copy) compute the same function as its 16-bit rows and are
+checked against the same reference.
 """
 
 import dataclasses
@@ -11,6 +14,9 @@ import math
 import torch
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+FP8 = torch.float8_e4m3fn
+FP8_SCALE = 0.5  # a power of two: stored = value / FP8_SCALE, and back, exactly
+FP8_Q_DTYPES = (torch.float16, torch.bfloat16)  # the q dtypes an fp8 cache serves
 
 
 def randn(shape, dtype, device, generator):
@@ -36,11 +42,18 @@ class DecodeCopy:
     v: torch.Tensor
 
 
+def fp8_exact(x):
+    """x (16-bit) rounded to the values an fp8 cache holds at FP8_SCALE; others unchanged."""
+    if x.dtype not in FP8_Q_DTYPES:
+        return x
+    return (x / FP8_SCALE).to(FP8).to(x.dtype) * FP8_SCALE
+
+
 def decode_copies(case, dtype, device, copies, generator):
     shape_kv = (case.batch, case.num_kv_heads, case.kv_len, case.head_dim)
     return [DecodeCopy(randn((case.batch, case.num_qo_heads, case.head_dim), dtype, device, generator),
-                       randn(shape_kv, dtype, device, generator),
-                       randn(shape_kv, dtype, device, generator)) for _ in range(copies)]
+                       fp8_exact(randn(shape_kv, dtype, device, generator)),
+                       fp8_exact(randn(shape_kv, dtype, device, generator))) for _ in range(copies)]
 
 
 @dataclasses.dataclass
@@ -84,6 +97,12 @@ def paged_copy(copy, page_size, kv_layout, generator, chunk_bytes=512 << 20):
                 cache_hnd[pages[begin:end, full], half, :, :rem] = chunk[:, :, full * page_size:]
     seq_lens = torch.full((batch,), kv_len, dtype=torch.int32, device=device)
     return PagedCopy(copy.q, cache, block_tables, seq_lens)
+
+
+def fp8_paged_copy(copy):
+    """The paged copy with its cache stored as fp8 e4m3 (value / FP8_SCALE): the same values
+    (decode_copies draws fp8-exact ones; page tails may round)."""
+    return PagedCopy(copy.q, (copy.kv_cache / FP8_SCALE).to(FP8), copy.block_tables, copy.seq_lens)
 
 
 def gather_pages(kv_cache, block_tables, kv_len, kv_layout):

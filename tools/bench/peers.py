@@ -128,12 +128,21 @@ def flex_decode(ctx, copies):
 # ---- decode over the paged cache ----
 
 
-def splitkv_paged(num_splits=None):
+def splitkv_paged(num_splits=None, kv_scale=None, sinks=None):
+    """splitkv's paged decode; kv_scale: k_scale = v_scale of an fp8 cache; sinks: a
+    [num_qo_heads] tensor."""
+
     def prepare(ctx, paged):
         outs = [torch.empty_like(p.q) for p in paged]
+        extra = {}
+        if kv_scale is not None:
+            extra.update(k_scale=kv_scale, v_scale=kv_scale)
+        if sinks is not None:
+            extra.update(sinks=sinks)
 
         def kwargs(i):
-            return dict(kv_layout=ctx.kv_layout, out=outs[i], max_q_len=1, num_splits=num_splits)
+            return dict(kv_layout=ctx.kv_layout, out=outs[i], max_q_len=1, num_splits=num_splits,
+                        **extra)
 
         def call(i):
             p = paged[i]

@@ -83,7 +83,7 @@ def _error_text(e):
 
 
 def _measure(ctx, case, dtype, impl, prepare, data, sample, sdpa_ref, page_size=None,
-             splitkv_row=False):
+             splitkv_row=False, kv_dtype=None):
     """One row: prepare, check on copy 0, time every copy. sdpa_ref is a dict whose "rows"
     entry (the reference SDPA's sampled rows) the first SDPA row fills."""
     row = _row(case, dtype, impl, page_size=page_size, copies=len(data))
@@ -118,7 +118,7 @@ def _measure(ctx, case, dtype, impl, prepare, data, sample, sdpa_ref, page_size=
             row["timing"] = "eager"
             row["note"] = f"no CUDA graph ({timed['graph_error']}): headline figures eager"
         row["seconds"], row["iters"] = seconds, iters
-        row["kv_bytes"], row["flops"] = inputs.kv_bytes(case, dtype), _flops(case)
+        row["kv_bytes"], row["flops"] = inputs.kv_bytes(case, kv_dtype or dtype), _flops(case)
         row["bytes_per_s"] = row["kv_bytes"] / seconds
         row["pct_copy"] = 100.0 * row["bytes_per_s"] / ctx.copy_bytes_per_s
         row["flops_per_s"] = row["flops"] / seconds
@@ -168,6 +168,9 @@ def run_decode(ctx, case):
     gen = _generator(ctx)
     contiguous = _decode_copies(ctx, case, dtype, gen)
     sample = accuracy.decode_sample(contiguous[0], ctx.seed)
+    # Attention sinks rows: their own reference (no SDPA beside them).
+    sinks = torch.randn(case.num_qo_heads, generator=torch.Generator().manual_seed(ctx.seed)).to(ctx.device)
+    sinks_sample = accuracy.decode_sample(contiguous[0], ctx.seed, sinks=sinks)
     sdpa_ref, rows = {}, []
     for name, prepare in peers.decode_contiguous_peers(ctx.device):
         rows.append(_measure(ctx, case, dtype, name, prepare, contiguous, sample, sdpa_ref))
@@ -178,6 +181,22 @@ def run_decode(ctx, case):
             _free()
         rows.append(_measure(ctx, case, dtype, "splitkv", peers.splitkv_paged(), paged, sample,
                              sdpa_ref, page_size=page_size, splitkv_row=True))
+        base = rows[-1]
+        rows.append(_measure(ctx, case, dtype, "splitkv sinks", peers.splitkv_paged(sinks=sinks),
+                             paged, sinks_sample, {}, page_size=page_size, splitkv_row=True))
+        _note_ratio(rows[-1], base)
+        if dtype in inputs.FP8_Q_DTYPES:  # an fp8 cache of the same values, and FlashInfer's
+            fp8 = [inputs.fp8_paged_copy(p) for p in paged]
+            rows.append(_measure(ctx, case, dtype, "splitkv fp8",
+                                 peers.splitkv_paged(kv_scale=inputs.FP8_SCALE), fp8, sample,
+                                 sdpa_ref, page_size=page_size, splitkv_row=True,
+                                 kv_dtype=inputs.FP8))
+            _note_ratio(rows[-1], base)
+            rows.append(_measure(ctx, case, dtype, "flashinfer fa2 fp8",
+                                 serving_peers.flashinfer_decode(False, kv_scale=inputs.FP8_SCALE),
+                                 fp8, sample, sdpa_ref, page_size=page_size, kv_dtype=inputs.FP8))
+            del fp8
+            _free()
         rows.append(_measure(ctx, case, dtype, "gather+sdpa", peers.gather_sdpa, paged, sample,
                              sdpa_ref, page_size=page_size))
         for name, prepare in serving_peers.paged_decode_peers():
@@ -186,6 +205,13 @@ def run_decode(ctx, case):
         del paged
         _free()
     return rows
+
+
+def _note_ratio(row, base):
+    """Notes row's time as a multiple of base's (the 16-bit splitkv row of the same case)."""
+    if row["seconds"] and base["seconds"]:
+        ratio = f"{row['seconds'] / base['seconds']:.3f}x the splitkv row's time"
+        row["note"] = f"{row['note']}; {ratio}" if row["note"] else ratio
 
 
 def run_prefill(ctx, case):

@@ -161,9 +161,10 @@ def _csr_pages(ctx, p):
     return page_size, indptr, indices.contiguous(), last
 
 
-def flashinfer_decode(tensor_cores):
+def flashinfer_decode(tensor_cores, kv_scale=None):
     """BatchDecodeWithPagedKVCacheWrapper (FA2 decode; tensor_cores: its prefill-kernel
-    decode): one wrapper planned per input copy (each copy has its own page table)."""
+    decode): one wrapper planned per input copy (each copy has its own page table);
+    kv_scale: k_scale = v_scale of an fp8 cache."""
 
     def make(ctx, paged):
         p0 = paged[0]
@@ -180,8 +181,10 @@ def flashinfer_decode(tensor_cores):
             wrappers.append(wrapper)
             outs.append(torch.empty_like(p.q))
 
+        scales = {} if kv_scale is None else dict(k_scale=kv_scale, v_scale=kv_scale)
+
         def call(i):
-            return wrappers[i].run(paged[i].q, paged[i].kv_cache, out=outs[i])
+            return wrappers[i].run(paged[i].q, paged[i].kv_cache, out=outs[i], **scales)
 
         def check():
             outs[0].fill_(float("nan"))

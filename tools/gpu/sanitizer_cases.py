@@ -4,7 +4,7 @@ Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 d
 with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
-V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), split merges (num_splits > 1) and direct
+V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (the sm_90 bulk decode kernel at d128/d256, mma.sync: d64, prefill tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
 batch-invariant calls (sm_90: every one on the decode kernel, ragged K/V by row copies). Prints one line per case; exits nonzero if a result is off or a counter stays
@@ -19,6 +19,42 @@ import torch
 
 import harness  # tests/python on PYTHONPATH
 import splitkv
+import splitkv_reference
+
+
+def _fp8(problem, scale):
+    """The paged problem with its cache stored as fp8 (value / scale); the reference's keys and
+    values become what the bytes mean (stored x scale)."""
+    fp8 = torch.float8_e4m3fn
+    problem.kv_cache = (problem.kv_cache.float() / scale).to(fp8)
+    problem.keys = [(k.float() / scale).to(fp8).float() * scale for k in problem.keys]
+    problem.values = [(v.float() / scale).to(fp8).float() * scale for v in problem.values]
+    return problem
+
+
+class _Fp8Ragged:
+    """A ragged problem over fp8 k, v whose reference sees the dequantised values."""
+
+    def __init__(self, problem, scale):
+        fp8 = torch.float8_e4m3fn
+        self.inner, self.scale = problem, scale
+        self.k, self.v = (problem.k.float() / scale).to(fp8), (problem.v.float() / scale).to(fp8)
+
+    def run(self, workspace, **options):
+        p = self.inner
+        return splitkv.ragged_attention(p.q, self.k, self.v, p.cu_seqlens_q, p.cu_seqlens_kv,
+                                        workspace, **options)
+
+    def reference(self, **options):
+        p = self.inner
+        options = {k: v for k, v in options.items() if k in ("causal", "window_left", "sinks")}
+        return splitkv_reference.ragged_attention(
+            p.q.cpu(), self.k.float().cpu() * self.scale, self.v.float().cpu() * self.scale,
+            p.cu_seqlens_q, p.cu_seqlens_kv, **options)
+
+
+def _fp8_ragged(problem, scale):
+    return _Fp8Ragged(problem, scale)
 
 
 def main():
@@ -65,6 +101,23 @@ def main():
         ("batch-invariant paged chunk + decode (sm_90: the decode kernel by tensor copies), d64",
          harness.make_paged([1100, 300], page_size=16, group=4, head_dim=64, dtype=torch.bfloat16,
                             device="cuda", q_lens=[9, 1]), dict(batch_invariant=True, max_q_len=9)),
+        ("paged fp8 (e4m3) cache, d256 NHD, sinks, a window (sm_90: the bulk decode kernel), 3 splits",
+         _fp8(harness.make_paged([700, 3, 130], page_size=16, group=4, head_dim=256,
+                                 dtype=torch.bfloat16, device="cuda", kv_layout="NHD"), 0.5),
+         dict(num_splits=3, k_scale=0.5, v_scale=0.5, window_left=300,
+              sinks=torch.linspace(-2, 3, 8, device="cuda"))),
+        ("paged fp8 (e4m3) cache, f16 d64 (mma.sync), chunked prefill tiles, 2 splits",
+         _fp8(harness.make_paged([70, 200], page_size=8, group=2, head_dim=64, dtype=torch.float16,
+                                 device="cuda", q_lens=[70, 33]), 0.25),
+         dict(num_splits=2, max_q_len=70, k_scale=0.25, v_scale=0.25)),
+        ("paged fp8 (e4m3) cache, per-head k scales (sm_90: the bulk decode kernel), 2 splits, decode",
+         _fp8(harness.make_paged([1, 45, 300], page_size=16, group=4, head_dim=128,
+                                 dtype=torch.bfloat16, device="cuda"), 0.25),
+         dict(num_splits=2, k_scale=torch.tensor([0.25, 0.25], device="cuda"), v_scale=0.25)),
+        ("ragged fp8 (e4m3) k, v, f16 d64, causal q > kv, 1 split",
+         _fp8_ragged(harness.make_ragged([70, 20], [50, 130], group=2, head_dim=64,
+                                         dtype=torch.float16, device="cuda"), 0.5),
+         dict(num_splits=1, k_scale=0.5, v_scale=0.5)),
         ("ragged non-causal, 1 split, strided",
          harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
                              device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),

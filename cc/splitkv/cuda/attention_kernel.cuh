@@ -11,8 +11,10 @@
 #define SPLITKV_CUDA_ATTENTION_KERNEL_CUH_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/kv_source.cuh"
 #include "cc/splitkv/cuda/ptx.cuh"
 #include "cc/splitkv/cuda/split_merge.cuh"
 #include "cc/splitkv/cuda/tile_config.h"
@@ -68,6 +70,61 @@ __device__ __forceinline__ void CopyChunk(T* dst, const T* src, bool vec) {
   }
 }
 
+// The CUDA backend's one place for an fp8 KV cache: float8 e4m3fn (1 sign, 4 exponent bits
+// with bias 7, 3 mantissa bits; exponent 15 with mantissa 7 is NaN) to float32, exactly.
+__device__ __forceinline__ float Fp8E4M3ToFloat(uint32_t b) {
+  const uint32_t exponent = (b >> 3) & 15u, mantissa = b & 7u, sign = (b & 0x80u) << 24;
+  if (exponent == 0) return __uint_as_float(sign | __float_as_uint(static_cast<float>(mantissa) * 0.001953125f));
+  if (exponent == 15 && mantissa == 7) return __uint_as_float(0x7fc00000u);
+  return __uint_as_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+}
+
+// 8 fp8 elements to 8 of T in shared memory, exactly (every e4m3 value is a float16 and a
+// bfloat16 value; the kv head's scales are applied by the kernel: k_scale with sm_scale,
+// v_scale to the output), by a synchronous load (no cp.async: the bytes change form on the
+// way), 8-byte when `vec`.
+template <typename T>
+__device__ __forceinline__ void CopyChunk(T* dst, const Fp8E4M3* src, bool vec) {
+  uint32_t word[2];
+  if (vec) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    word[0] = w.x, word[1] = w.y;
+  } else {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(src);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      word[h] = uint32_t{bytes[4 * h]} | uint32_t{bytes[4 * h + 1]} << 8 | uint32_t{bytes[4 * h + 2]} << 16 |
+                uint32_t{bytes[4 * h + 3]} << 24;
+    }
+  }
+  uint32_t packed[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const uint32_t w = word[e / 2] >> (16 * (e % 2));
+    packed[e] = PackPair<T>(Fp8E4M3ToFloat(w & 0xffu), Fp8E4M3ToFloat((w >> 8) & 0xffu));
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+}
+
+// 4 fp8 bytes (memory order: the first in w's low byte) to two float16x2 words (the first
+// pair in lo), exactly: every e4m3 value is a float16 value, NaN stays NaN. The sm_90 decode
+// kernel's conversion (one cvt per pair on sm_89+; the sm_80 build keeps the float route).
+__device__ __forceinline__ void Fp8x4ToHalf2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n"
+      "  .reg .b16 a, b;\n"
+      "  mov.b32 {a, b}, %2;\n"
+      "  cvt.rn.f16x2.e4m3x2 %0, a;\n"
+      "  cvt.rn.f16x2.e4m3x2 %1, b;\n"
+      "}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  lo = PackPair<__half>(Fp8E4M3ToFloat(w & 0xffu), Fp8E4M3ToFloat((w >> 8) & 0xffu));
+  hi = PackPair<__half>(Fp8E4M3ToFloat((w >> 16) & 0xffu), Fp8E4M3ToFloat(w >> 24));
+#endif
+}
+
 template <typename T>
 __device__ __forceinline__ void ZeroChunk(T* dst) {
   *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
@@ -109,8 +166,8 @@ __device__ __forceinline__ void LoadKvBlock(T* s_k, T* s_v, const KvSource& kv, 
     const int r = threadIdx.x / kChunks + i * kStep;
     const int offset = SwizzledOffset<kHeadDim>(r, c * 8);
     if (j0 + r < key_end) {
-      const T* key;
-      const T* value;
+      const typename KvSource::Elem* key;
+      const typename KvSource::Elem* value;
       kv.Rows(j0 + r, key, value);
       CopyChunk(s_k + offset, key + c * 8, vec);
       CopyChunk(s_v + offset, value + c * 8, vec);
@@ -252,6 +309,15 @@ __global__ void __launch_bounds__(kThreads)
   const int q_begin = tq.q_begin, q_len = tq.q_len, first = tq.first, num_tokens = tq.num_tokens;
   const KvSourceT<T> kv(kv_params, request, kv_head);
   const int kv_len = kv.kv_len;
+  // An fp8 cache's scales, for this kv head: k_scale joins sm_scale (the logits are
+  // q . k_stored x k_scale x sm_scale), v_scale multiplies the output rows before they are
+  // written (out is linear in V, partials and merge included).
+  constexpr bool kFp8 = std::is_same_v<typename KvSourceT<T>::Elem, Fp8E4M3>;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  if constexpr (kFp8) {
+    k_scale = p.k_scales != nullptr ? __ldg(p.k_scales + kv_head) : p.k_scale;
+    v_scale = p.v_scales != nullptr ? __ldg(p.v_scales + kv_head) : p.v_scale;
+  }
   const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN, S::kBlockN);
   const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;
 
@@ -259,7 +325,7 @@ __global__ void __launch_bounds__(kThreads)
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
   const int token_begin = q_begin + first;
   const int tile_rows = num_tokens * p.group_size;
-  const float sm_scale = p.sm_scale, cap = p.logits_soft_cap;
+  const float sm_scale = kFp8 ? p.sm_scale * k_scale : p.sm_scale, cap = p.logits_soft_cap;
   // Logits are kept in log2 units in the main loop (natural units times log2(e), folded into
   // the one multiply by sm_scale), so p = exp2(s - max) needs no multiply: the row's largest
   // logit gets exactly exp2(0) = 1 (a dominant key's v row comes out exact) at no extra cost.
@@ -434,6 +500,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = warp; r < chunk_rows; r += kThreads / 32) {
       float o[kElems], m, l;
       MergeWarpSlices<kElems, S::kWarpsN, S::kRows, S::kOStride>(s_o, s_ml, r, o, m, l);
+      if constexpr (kFp8) {
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) o[e] *= v_scale;
+      }
       WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, row0 + r), split_idx, o, m, l);
     }
     __syncthreads();  // the next chunk reloads shared memory

@@ -92,10 +92,40 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
                                                                                    maps);
 }
 
+// The bulk decode kernel over an fp8 cache: tensor copies of the cache's bytes, converted to
+// float16 in shared memory (decode_kernel.cuh), split grids as LaunchBulkDecode's.
+template <int kHeadDim, int kStages>
+using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), kStages, true, false, true>;
+static_assert(Fp8BulkDecodeShape<128, Fp8BulkDecodeStages(128)>::kMinBlocks == 2 &&
+              Fp8BulkDecodeShape<128, Fp8BulkDecodeSplitStages(128)>::kMinBlocks == 3 &&
+              Fp8BulkDecodeShape<256, Fp8BulkDecodeStages(256)>::kMinBlocks == 2);
+
+template <typename T, int kHeadDim>
+void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
+                         int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
+  if (params.num_splits > 1 && num_tiles * params.num_splits <= split_workers) {
+    return BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, Fp8BulkDecodeSplitStages(kHeadDim)>>::Launch(
+        params, kv, num_tiles, stream, op, maps);
+  }
+  BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, Fp8BulkDecodeStages(kHeadDim)>>::Launch(params, kv, num_tiles,
+                                                                                             stream, op, maps);
+}
+
 template <typename T, int kHeadDim>
 void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
                       const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
                       const char* op) {
+  if (params.kv_fp8) {  // an fp8 cache: the sm_90 decode kernel where its tensor maps apply, else
+    if (kind == TileKind::kDecode) {  // the mma.sync kernel, which dequantises as it loads
+      if constexpr (kHeadDim % 128 == 0) {
+        if (maps.box_rows > 0 && DeviceRunsSm90a(op)) {
+          return LaunchFp8BulkDecode<T, kHeadDim>(params, kv, maps, num_tiles, split_workers, stream, op);
+        }
+      }
+      return KernelInstance<T, DecodeShape<kHeadDim>, PagedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);
+    }
+    return KernelInstance<T, PrefillShape<kHeadDim>, PagedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);
+  }
   if (kind == TileKind::kDecode) {
     if (params.kv_vec && DeviceRunsSm90a(op)) {
       if constexpr (kHeadDim % 64 == 0) {
@@ -141,6 +171,15 @@ void LaunchRaggedTyped(TileKind kind, const AttentionKernelParams& params, const
 template <int kHeadDim>
 void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& params, const RaggedKvParams& kv,
                   int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
+  // An fp8 k/v: the mma.sync kernel's prefill tiles, which dequantise as they load (batch-
+  // invariant fp8 calls run them too, paged and ragged alike: tile_config.h InvariantTile).
+  if (params.kv_fp8) {
+    if (dtype == DType::kBFloat16) {
+      return KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, RaggedFp8KvSource>::Launch(params, kv, num_tiles,
+                                                                                               stream, op);
+    }
+    return KernelInstance<__half, PrefillShape<kHeadDim>, RaggedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);
+  }
   if (dtype == DType::kBFloat16) {
     LaunchRaggedTyped<__nv_bfloat16, kHeadDim>(kind, params, kv, num_tiles, split_workers, stream, op);
   } else {

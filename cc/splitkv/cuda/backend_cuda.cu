@@ -119,6 +119,11 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.logits_soft_cap = p.options.logits_soft_cap;
   k.sm_scale = p.options.sm_scale;
   k.sinks = p.options.sinks;
+  k.kv_fp8 = p.kv_storage.fp8_e4m3;
+  k.k_scale = p.kv_storage.k_scale;
+  k.v_scale = p.kv_storage.v_scale;
+  k.k_scales = p.kv_storage.k_scales;
+  k.v_scales = p.kv_storage.v_scales;
   auto* base = static_cast<uint8_t*>(p.workspace.data);
   k.counters = reinterpret_cast<uint32_t*>(base + plan.layout.counter_offset);
   k.stats = reinterpret_cast<float*>(base + plan.layout.softmax_offset);
@@ -150,19 +155,28 @@ void CheckPlanMatches(const char* op, const SplitPlan& plan, int64_t max_q_len, 
 
 bool Available() { return true; }
 
-BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant) {
-  const TileChoice tile = batch_invariant ? InvariantTile(group_size, DeviceRunsSm90a("splitkv"))
+BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant,
+                     bool kv_fp8) {
+  const TileChoice tile = batch_invariant ? InvariantTile(group_size, DeviceRunsSm90a("splitkv") && !kv_fp8)
                                           : ChooseTile(group_size, max_q_len);
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
   const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
   traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
+  int64_t fp8_splits = 0;
   if (tile.kind == TileKind::kDecode && workers.sm90a) {
     traits.fill_workers =
         int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, DecodeFillCtasPerSm(head_dim));
+    // The fp8 kernel at head_dim 128 is latency-bound (docs/perf_log.md): splits fill every
+    // resident CTA of its split grids (3 an SM), up to 64 a tile. H200, fp8 / bf16 time,
+    // filling 3 against 2: 16 x 8192 1.10 -> 0.89, 1 x 32768 1.11 -> 1.06.
+    if (kv_fp8 && head_dim == 128) {
+      traits.fill_workers = traits.num_workers;
+      fp8_splits = 2 * kDecodeMaxSplits;
+    }
   }
   traits.min_keys_per_split = 256;
-  traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;
+  traits.max_splits = tile.kind == TileKind::kDecode ? (fp8_splits > 0 ? fp8_splits : kDecodeMaxSplits) : 64;
   traits.split_block_keys = tile.kind == TileKind::kDecode ? DecodeBlockKeys(static_cast<int>(head_dim))
                                                            : PrefillBlockKeys(static_cast<int>(head_dim));
   // Batch-invariant mode: no in-task splits on CUDA. A tile whose rows see one split writes
@@ -174,7 +188,8 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
 void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const bool invariant = plan.invariant_split_keys > 0;
-  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kPagedOp)) : ChooseTile(group, p.max_q_len);
+  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kPagedOp) && !p.kv_storage.fp8_e4m3)
+                                    : ChooseTile(group, p.max_q_len);
   CheckPlanMatches(kPagedOp, plan, p.max_q_len, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kPagedOp, "total_q", p.total_q);
   CheckFitsInt32(kPagedOp, "max_pages_per_seq * page_size", p.max_pages_per_seq * p.page_size);
@@ -225,7 +240,8 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   // Ragged calls run prefill tiles (decode tiles in batch-invariant mode on sm_90), cut with
   // the same q_tile_tokens Traits() reported.
   const bool invariant = plan.invariant_split_keys > 0;
-  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kRaggedOp)) : ChooseTile(group, max_q);
+  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kRaggedOp) && !p.kv_storage.fp8_e4m3)
+                                    : ChooseTile(group, max_q);
   CheckPlanMatches(kRaggedOp, plan, max_q, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kRaggedOp, "total_q", p.total_q);
   CheckFitsInt32(kRaggedOp, "total_kv", p.total_kv);

@@ -15,7 +15,7 @@ namespace {
 }  // namespace
 
 bool Available() { return false; }
-BackendTraits Traits(int64_t, int64_t, int64_t, void*, bool) { Absent("splitkv"); }
+BackendTraits Traits(int64_t, int64_t, int64_t, void*, bool, bool) { Absent("splitkv"); }
 void PagedAttention(const PagedAttentionParams&, const SplitPlan&) { Absent("paged_attention"); }
 void RaggedAttention(const RaggedAttentionParams&, const SplitPlan&) { Absent("ragged_attention"); }
 void ZeroCounterRegion(void*, void*) { Absent("reset_counter_region"); }

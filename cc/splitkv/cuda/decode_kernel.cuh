@@ -28,6 +28,14 @@
 //    the sum and the output share whichever reference max was used); each row decides for
 //    itself, so its bits do not depend on the tile's other rows (batch-invariant mode runs
 //    every call of an sm_90 device here, tile_config.h InvariantTile).
+//  - an fp8 (e4m3) cache (kFp8, head_dim 128 or 256): tensor copies of the cache's bytes as
+//    16-bit words (a row of head_dim bytes is head_dim / 2 words: half the bytes of a
+//    16-bit cache per key, more stages in the same shared memory). Each warp converts its
+//    own keys' rows to float16 (exact: Fp8x4ToHalf2x2) in a buffer of padded rows, K before
+//    Q K^T and then V (zeros outside the split) into the same buffer before P V, and the
+//    mma runs in float16 whatever q's dtype: a bfloat16 q row is scaled by a power of two
+//    into float16's range (exact down to 2^-29 of the row's largest element), which the
+//    logit scale undoes with k_scale; v_scale multiplies the output rows.
 // Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
 // runs AttentionKernel.
 #ifndef SPLITKV_CUDA_DECODE_KERNEL_CUH_
@@ -50,17 +58,21 @@ namespace splitkv::cuda {
 // holds one block's K or its V, kStages of them (odd: K and V take turns), each refilled as
 // soon as the block part it held is consumed, so head_dim 256 keeps about two stages' bytes
 // in flight in 3/4 of the memory and fits two CTAs an SM.
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_, bool kKvRing_ = false>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_, bool kKvRing_ = false, bool kFp8_ = false>
 struct BulkDecodeShape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kPageTma = kPageTma_;
   static constexpr bool kKvRing = kKvRing_;
+  static constexpr bool kFp8 = kFp8_;
+  static_assert(!kFp8 || (kPageTma && !kKvRing && kHeadDim % 128 == 0), "fp8: tensor copies of whole stages");
   static constexpr int kSlots = kKvRing ? kStages : 2 * kStages;  // K-or-V block buffers
-  static_assert(!kPageTma || kHeadDim % 64 == 0, "tensor copies move 64-column halves");
+  // 16-bit words of a staged K or V row (an fp8 row of head_dim bytes is head_dim / 2).
+  static constexpr int kStageCols = kFp8 ? kHeadDim / 2 : kHeadDim;
+  static_assert(!kPageTma || kStageCols % 64 == 0, "tensor copies move 64-column halves");
   static_assert(!kKvRing || (kPageTma && kStages >= 3), "the ring streams tensor copies, K and V in flight");
-  static constexpr int kHalves = kHeadDim / 64;
+  static constexpr int kHalves = kStageCols / 64;
   static constexpr int kWarpsN = kThreads / 32;  // every warp takes a slice of each block
   static constexpr int kRows = kDecodeRows;
   static constexpr int kKeysPerWarp = kBlockN / kWarpsN;
@@ -68,7 +80,7 @@ struct BulkDecodeShape {
   static_assert(2 * kBlockN <= kThreads, "one thread issues at most one row copy per block");
   static constexpr int kRowElems = kHeadDim + 8;  // the pad moves each row by one bank group
   // K/V rows: padded (row copies), or [half][row][64] with the 128-byte swizzle (tensor copies).
-  static constexpr int kKvRowElems = kPageTma ? kHeadDim : kRowElems;
+  static constexpr int kKvRowElems = kPageTma ? kStageCols : kRowElems;
   static constexpr int kDTiles = kHeadDim / 8;
   static constexpr int kKSteps = kHeadDim / 16;
   static constexpr int kSTiles = kKeysPerWarp / 8;
@@ -79,7 +91,9 @@ struct BulkDecodeShape {
   // The stages come first, at a base aligned to the swizzle's 1024-byte atom (the slack is
   // allocated); Q follows them.
   static constexpr size_t kAlign = kPageTma ? 1024 : 16;
-  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems) * 2 + kAlign;
+  // fp8: one block's K, then its V, as float16 padded rows (each warp converts and reads its own).
+  static constexpr int kConvElems = kFp8 ? kBlockN * kRowElems : 0;
+  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems + kConvElems) * 2 + kAlign;
   static constexpr size_t kEpilogueBytes =
       (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4 + kAlign;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
@@ -101,6 +115,43 @@ __device__ __forceinline__ int KvOffset(int row, int chunk, int row7) {
   }
 }
 
+// fp8: this warp's kKeysPerWarp staged rows (key0 on; fp8 bytes as the tensor copies left
+// them, swizzled) to float16 rows of `dst` (padded: row * kRowElems), exactly; a row whose key
+// (j_warp + r) is outside [lo, hi) becomes zeros.
+template <class S>
+__device__ __forceinline__ void ConvertWarpRows(__half* dst, const void* staged, int key0, int lane, int j_warp,
+                                                int lo, int hi) {
+  constexpr int kChunks = S::kHeadDim / 16;  // 16 fp8 bytes: one staged 8-word chunk
+  static_assert(S::kKeysPerWarp * kChunks % 32 == 0, "whole rounds of the warp");
+#pragma unroll
+  for (int round = 0; round < S::kKeysPerWarp * kChunks / 32; ++round) {
+    const int i = lane + 32 * round;
+    const int r = i / kChunks, c = i % kChunks, row = key0 + r;
+    uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0;
+    if (j_warp + r >= lo && j_warp + r < hi) {
+      const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(staged) + KvOffset<S>(row, c, row & 7));
+      Fp8x4ToHalf2x2(w.x, h0.x, h0.y);
+      Fp8x4ToHalf2x2(w.y, h0.z, h0.w);
+      Fp8x4ToHalf2x2(w.z, h1.x, h1.y);
+      Fp8x4ToHalf2x2(w.w, h1.z, h1.w);
+    }
+    uint4* out = reinterpret_cast<uint4*>(dst + row * S::kRowElems + c * 16);
+    out[0] = h0;
+    out[1] = h1;
+  }
+}
+
+// Element offset of (key row, 8-element chunk) where the mma reads K/V: the staged block, or
+// (fp8) the converted rows.
+template <class S>
+__device__ __forceinline__ int MmaKvOffset(int row, int chunk, int row7) {
+  if constexpr (S::kFp8) {
+    return row * S::kRowElems + chunk * 8;
+  } else {
+    return KvOffset<S>(row, chunk, row7);
+  }
+}
+
 // KvSourceT: PagedKvSource, or RaggedKvSource (row copies only: batch-invariant ragged calls
 // run this kernel so that a token's bits match its paged decode's, tile_config.h).
 template <typename T, class S, template <typename> class KvSourceT = PagedKvSource>
@@ -118,7 +169,11 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // Buffer i at i * kKvElems: stage st's K at 2 * st and V at 2 * st + 1, or (ring) part p
   // of the stream (block p / 2's K when p is even, its V when odd) at p % kStages.
   T* const s_kv = reinterpret_cast<T*>(smem);
-  T* const s_q = s_kv + S::kSlots * S::kKvElems;
+  // What the mma multiplies: float16 over an fp8 cache (exact), else T.
+  using M = std::conditional_t<S::kFp8, __half, T>;
+  M* const s_q = reinterpret_cast<M*>(s_kv + S::kSlots * S::kKvElems);
+  M* const s_conv = s_q + S::kQElems;  // fp8: the converted rows (kConvElems)
+  __shared__ float s_q_scale[S::kFp8 ? S::kRows : 1];
 
   // The barriers are set up (and the tensor maps fetched) while seq_lens is in flight: the
   // CTA-wide barrier publishing them comes after that read is issued.
@@ -153,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   const bool copy_v = S::kPageTma ? (copy & 1) != 0 : threadIdx.x >= S::kBlockN;
   const int copy_half = S::kPageTma ? (copy >> 1) % S::kHalves : 0;
   const bool copier = S::kPageTma ? copy < boxes * 2 * S::kHalves : threadIdx.x < 2 * S::kBlockN;
-  const KvSourceT<T> kv(kv_params, request, kv_head);
+  const KvSourceT<std::conditional_t<S::kFp8, Fp8E4M3, T>> kv(kv_params, request, kv_head);
   __syncthreads();
   const int kv_len = kv.kv_len;
   // Splits are cut in whole boxes (tensor copies) or 16 keys, not whole blocks: a split's
@@ -170,8 +225,6 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   const int token_begin = q_begin + first;
   const int tile_rows = num_tokens * p.group_size;  // <= kRows for decode tiles
   const float sm_scale = p.sm_scale, cap = p.logits_soft_cap;
-
-
   auto page_for = [&](int block) {
     const int j = loop_begin + block * S::kBlockN + copy_row;
     return copier && block < num_blocks && j < key_end ? kv.PageOf(j) : 0;
@@ -245,7 +298,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     constexpr int kChunks = D / 8;
     for (int i = threadIdx.x; i < S::kRows * kChunks; i += kThreads) {
       const int r = i / kChunks, c = i % kChunks;
-      T* dst = s_q + r * RS + c * 8;
+      T* dst = reinterpret_cast<T*>(s_q) + r * RS + c * 8;
       if (r < tile_rows) {
         const RowTarget at = TileRowTarget(p, token_begin, kv_head, r);
         const T* src = static_cast<const T*>(p.q) + at.token * p.q_stride_token + at.head * p.q_stride_head + c * 8;
@@ -260,6 +313,31 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
   }
   __syncthreads();
+  // fp8: Q rows to float16 in place, a bfloat16 row scaled by 2^e so its largest element is
+  // in [2^14, 2^15) (the logits undo it: s_q_scale).
+  if constexpr (S::kFp8) {
+    for (int r = warp; r < S::kRows; r += S::kWarpsN) {
+      float scale = 1.0f;
+      if constexpr (!std::is_same_v<T, __half>) {
+        const T* row = reinterpret_cast<const T*>(s_q) + r * RS;
+        float m = 0.0f;
+        for (int c = lane; c < D; c += 32) m = fmaxf(m, fabsf(__bfloat162float(row[c])));
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (m > 0.0f && m <= 3.0e38f) {
+          int e = 0;
+          frexpf(m, &e);  // m = f 2^e, f in [0.5, 1)
+          scale = __int_as_float((127 + min(15 - e, 120)) << 23);  // 2^(15 - e), exactly
+        }
+        for (int c = lane * 2; c < D; c += 64) {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(row + c));
+          *reinterpret_cast<uint32_t*>(s_q + r * RS + c) = PackPair<__half>(f.x * scale, f.y * scale);
+        }
+      }
+      if (lane == 0) s_q_scale[r] = scale;
+    }
+    __syncthreads();
+  }
 
   uint32_t q_frag[S::kQInRegisters ? S::kKSteps : 1][4];
   if constexpr (S::kQInRegisters) {
@@ -281,6 +359,17 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       row_lo[i] = max(row_lo[i], key_begin);
       row_hi[i] = max(row_lo[i], min(row_hi[i], key_end));
     }
+  }
+
+  // Each row's logit scale: sm_scale; with an fp8 cache also the kv head's k_scale over the q
+  // row's scale (the output's v_scale is applied where the rows are written).
+  float row_scale[2] = {sm_scale, sm_scale};
+  float v_scale = 1.0f;
+  if constexpr (S::kFp8) {
+    const float k_scale = p.k_scales != nullptr ? __ldg(p.k_scales + kv_head) : p.k_scale;
+    v_scale = p.v_scales != nullptr ? __ldg(p.v_scales + kv_head) : p.v_scale;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) row_scale[i] = sm_scale * k_scale / s_q_scale[lane / 4 + 8 * i];
   }
 
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};
@@ -313,8 +402,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   for (int block = 0; block < num_blocks; ++block) {
     const int j_warp = loop_begin + block * S::kBlockN + key0;
     const int part_k = 2 * block, part_v = 2 * block + 1;  // the ring's parts of this block
-    const T* s_k;
-    T* s_v;
+    const M* s_k;
+    M* s_v;
     if constexpr (S::kKvRing) {
       s_k = s_kv + (part_k % S::kStages) * S::kKvElems;
       s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
@@ -325,9 +414,16 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       if (ahead < num_blocks) load_kv(ahead, ahead % S::kStages);
       const int stage = block % S::kStages;
       MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);
-      s_k = s_kv + 2 * stage * S::kKvElems;
-      s_v = s_kv + (2 * stage + 1) * S::kKvElems;
-      zero_v_outside(s_v, j_warp);
+      if constexpr (S::kFp8) {
+        ConvertWarpRows<S>(s_conv, s_kv + 2 * stage * S::kKvElems, key0, lane, j_warp, key_begin, key_end);
+        __syncwarp();
+        s_k = s_v = s_conv;  // V replaces K there after Q K^T
+      } else {
+        T* const stage_v = s_kv + (2 * stage + 1) * S::kKvElems;
+        s_k = s_kv + 2 * stage * S::kKvElems;
+        s_v = stage_v;
+        zero_v_outside(stage_v, j_warp);
+      }
     }
 
     // S = Q K^T over kKSteps k-steps, in two accumulator chains (even and odd steps) so
@@ -348,15 +444,21 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 #pragma unroll
       for (int np = 0; np < S::kSTiles / 2; ++np) {
         uint32_t b[4];
-        LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
+        LdMatrixX4(b, s_k + MmaKvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
         float(&acc_s)[S::kSTiles][4] = ks % 2 == 0 ? s : s_odd;
-        Mma16816<T>(acc_s[2 * np], a, b[0], b[1]);
-        Mma16816<T>(acc_s[2 * np + 1], a, b[2], b[3]);
+        Mma16816<M>(acc_s[2 * np], a, b[0], b[1]);
+        Mma16816<M>(acc_s[2 * np + 1], a, b[2], b[3]);
       }
     }
     if constexpr (S::kKvRing) {
       __syncthreads();  // every warp has read K: its buffer takes the stream's next part
       load_part(part_k + S::kStages);
+    }
+    if constexpr (S::kFp8) {
+      __syncwarp();  // every lane has read its K fragments: the buffer takes this block's V
+      ConvertWarpRows<S>(s_conv, s_kv + (2 * (block % S::kStages) + 1) * S::kKvElems, key0, lane, j_warp, key_begin,
+                         key_end);
+      __syncwarp();
     }
 #pragma unroll
     for (int n = 0; n < S::kSTiles; ++n) {
@@ -368,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     for (int n = 0; n < S::kSTiles; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * sm_scale;
+        float x = s[n][e] * row_scale[e >> 1];
         if (cap > 0.0f) x = cap * tanhf(x / cap);
         s[n][e] = x;
       }
@@ -442,15 +544,15 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
 #pragma unroll
     for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
-      const uint32_t a[4] = {PackPair<T>(s[2 * kk][0], s[2 * kk][1]), PackPair<T>(s[2 * kk][2], s[2 * kk][3]),
-                             PackPair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             PackPair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t a[4] = {PackPair<M>(s[2 * kk][0], s[2 * kk][1]), PackPair<M>(s[2 * kk][2], s[2 * kk][3]),
+                             PackPair<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             PackPair<M>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
         uint32_t b[4];
-        LdMatrixX4Trans(b, s_v + KvOffset<S>(v_row + kk * 16, dp * 2 + v_bit, row7));
-        Mma16816<T>(acc[2 * dp], a, b[0], b[1]);
-        Mma16816<T>(acc[2 * dp + 1], a, b[2], b[3]);
+        LdMatrixX4Trans(b, s_v + MmaKvOffset<S>(v_row + kk * 16, dp * 2 + v_bit, row7));
+        Mma16816<M>(acc[2 * dp], a, b[0], b[1]);
+        Mma16816<M>(acc[2 * dp + 1], a, b[2], b[3]);
       }
     }
     __syncthreads();  // the stage is overwritten by the next iteration's prefetch
@@ -477,6 +579,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   for (int r = warp; r < tile_rows; r += kThreads / 32) {
     float o[kElems], m, l;
     MergeWarpSlices<kElems, S::kWarpsN, S::kRows, S::kOStride>(s_o, s_ml, r, o, m, l);
+    if constexpr (S::kFp8) {
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) o[e] *= v_scale;
+    }
     WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, r), split_idx, o, m, l);
   }
 

@@ -40,6 +40,13 @@ struct AttentionKernelParams {
   // Attention sinks [num_qo_heads] float32, or null (params.h: AttentionOptions::sinks);
   // read only where a row's final result is written (RowWithSink in split_merge.cuh).
   const float* sinks = nullptr;
+  // An fp8 (float8 e4m3fn) K/V cache (params.h: KvStorage): true value = stored x scale, the
+  // per-kv-head arrays when non-null. The mma.sync kernel (fp8 sources) and the bulk decode
+  // kernel (fp8 shapes) run it; the wgmma prefill does not.
+  bool kv_fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
 
   // Workspace regions, from the plan's layout (unused with num_splits == 1).
   uint32_t* counters = nullptr;

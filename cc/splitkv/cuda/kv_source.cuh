@@ -9,9 +9,15 @@
 
 namespace splitkv::cuda {
 
+// One byte of a float8 e4m3fn KV cache (attention_kernel.cuh's CopyChunk dequantises it).
+struct Fp8E4M3 {
+  uint8_t bits;
+};
+
 template <typename T>
 struct PagedKvSource {
   using Params = PagedKvParams;
+  using Elem = T;  // what a row holds
   const T* k;
   const T* v;
   const int32_t* pages;
@@ -46,6 +52,7 @@ struct PagedKvSource {
 template <typename T>
 struct RaggedKvSource {
   using Params = RaggedKvParams;
+  using Elem = T;
   const T* k;
   const T* v;
   int64_t k_stride_token, v_stride_token;
@@ -71,6 +78,17 @@ struct RaggedKvSource {
   __device__ void RowsInPage(int64_t page, int32_t, const T*& key, const T*& value) const {
     Rows(static_cast<int32_t>(page), key, value);
   }
+};
+
+// The sources of an fp8 cache, for a kernel whose q and out are T (the mma.sync kernel,
+// which takes its source as a template of T).
+template <typename T>
+struct PagedFp8KvSource : PagedKvSource<Fp8E4M3> {
+  using PagedKvSource<Fp8E4M3>::PagedKvSource;
+};
+template <typename T>
+struct RaggedFp8KvSource : RaggedKvSource<Fp8E4M3> {
+  using RaggedKvSource<Fp8E4M3>::RaggedKvSource;
 };
 
 }  // namespace splitkv::cuda

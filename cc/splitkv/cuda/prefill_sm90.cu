@@ -72,6 +72,7 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
                              cudaStream_t stream, const char* op) {
   if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || plan.num_splits != 1) return false;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
+  if (p.kv_storage.fp8_e4m3) return false;  // fp8 runs the mma.sync kernel
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for every head_dim
   const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));

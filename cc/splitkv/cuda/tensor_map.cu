@@ -77,13 +77,14 @@ struct PagedMapsKey {
   int64_t k_strides[3], v_strides[3];
   int64_t num_pages, page_size, num_kv_heads, head_dim;
   DType dtype;
+  bool fp8;
   int block_keys;
 
   bool operator==(const PagedMapsKey& o) const {
     return k == o.k && v == o.v && std::equal(k_strides, k_strides + 3, o.k_strides) &&
            std::equal(v_strides, v_strides + 3, o.v_strides) && num_pages == o.num_pages &&
            page_size == o.page_size && num_kv_heads == o.num_kv_heads && head_dim == o.head_dim &&
-           dtype == o.dtype && block_keys == o.block_keys;
+           dtype == o.dtype && fp8 == o.fp8 && block_keys == o.block_keys;
   }
 };
 
@@ -91,6 +92,10 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   PagedKvMaps maps{};  // box_rows 0 until both maps are encoded
   if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || p.page_size < kMinBoxRows) return maps;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return maps;
+  // An fp8 cache's bytes travel as 16-bit words (the decode kernel converts them): a row of
+  // head_dim bytes is head_dim / 2 words, so head_dim 128 and 256 (64 bytes is half a box row).
+  const int64_t per_word = p.kv_storage.fp8_e4m3 ? 2 : 1;
+  if (p.head_dim / per_word < 64) return maps;
   if (p.num_pages > 2147483647 || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) return maps;
   // Dimensions in ascending stride order: slot then head (HND), or head then slot (NHD).
   const bool slot_inner = p.k_stride_slot <= p.k_stride_head;
@@ -99,16 +104,18 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   const int64_t mid[2] = {slot_inner ? p.page_size : p.num_kv_heads, slot_inner ? p.num_kv_heads : p.page_size};
   const uint32_t box[4] = {64, static_cast<uint32_t>(slot_inner ? rows : 1), static_cast<uint32_t>(slot_inner ? 1 : rows),
                            1};
-  const int64_t dims[4] = {p.head_dim, mid[0], mid[1], p.num_pages};
-  const int64_t k_strides[3] = {slot_inner ? p.k_stride_slot : p.k_stride_head,
-                                slot_inner ? p.k_stride_head : p.k_stride_slot, p.k_stride_page};
-  const int64_t v_strides[3] = {slot_inner ? p.v_stride_slot : p.v_stride_head,
-                                slot_inner ? p.v_stride_head : p.v_stride_slot, p.v_stride_page};
-  for (int64_t s : k_strides) {
-    if (s % 8 != 0) return maps;
+  const int64_t dims[4] = {p.head_dim / per_word, mid[0], mid[1], p.num_pages};
+  int64_t k_strides[3] = {slot_inner ? p.k_stride_slot : p.k_stride_head,
+                          slot_inner ? p.k_stride_head : p.k_stride_slot, p.k_stride_page};
+  int64_t v_strides[3] = {slot_inner ? p.v_stride_slot : p.v_stride_head,
+                          slot_inner ? p.v_stride_head : p.v_stride_slot, p.v_stride_page};
+  for (int64_t& s : k_strides) {
+    if (s % (8 * per_word) != 0) return maps;
+    s /= per_word;
   }
-  for (int64_t s : v_strides) {
-    if (s % 8 != 0) return maps;
+  for (int64_t& s : v_strides) {
+    if (s % (8 * per_word) != 0) return maps;
+    s /= per_word;
   }
   // Requests stay the boxes' 128-byte lines. Widened to 256 bytes (what the prefill maps use)
   // the same decode kernel took 6-8 % longer on grids of many CTAs at head_dim 64, 128 and 256
@@ -141,6 +148,7 @@ PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
                          p.num_kv_heads,
                          p.head_dim,
                          p.dtype,
+                         p.kv_storage.fp8_e4m3,
                          block_keys};
   thread_local bool have_last = false;
   thread_local PagedMapsKey last_key;

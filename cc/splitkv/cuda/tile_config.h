@@ -36,17 +36,19 @@ constexpr TileChoice ChooseTile(int64_t group_size, int64_t max_q_len) {
 // kernel family whose rows' results do not depend on the tile's other rows, split at absolute
 // multiples of kInvariantSplitKeys keys with blocks on multiples of the block size, so a row
 // meets the same blocks, splits and reduction order in any tile, batch or launch:
-//  - sm_90 with a kv head's group within a decode tile's 16 rows: decode tiles (16 / group
+//  - sm_90, 16-bit K/V, a kv head's group within a decode tile's 16 rows (`decode_kernel`
+//    below): decode tiles (16 / group
 //    tokens) for every call, run by the bulk decode kernel (decode_kernel.cuh; ragged K/V by
 //    row copies, which put the same values in the same fragments as the paged cache's tensor
 //    copies). A decode then runs the default mode's kernel; a prefill pays for 16-row tiles.
 //    Calls whose K/V rows are not 16-byte aligned run the mma.sync decode tiles instead
 //    (other bits: invariance holds among calls of the same alignment, which a batch does not
 //    change);
-//  - elsewhere, and for wider groups: prefill tiles of the mma.sync kernel (the warp
-//    slices of its decode tiles reduce in another order than prefill tiles).
-constexpr TileChoice InvariantTile(int64_t group_size, bool sm90a) {
-  if (sm90a && group_size <= kDecodeRows) return {TileKind::kDecode, kDecodeRows / group_size};
+//  - elsewhere (an fp8 cache included: the decode kernel reads fp8 only by tensor copies,
+//    which ragged K/V lack), and for wider groups: prefill tiles of the mma.sync kernel (the
+//    warp slices of its decode tiles reduce in another order than prefill tiles).
+constexpr TileChoice InvariantTile(int64_t group_size, bool decode_kernel) {
+  if (decode_kernel && group_size <= kDecodeRows) return {TileKind::kDecode, kDecodeRows / group_size};
   return {TileKind::kPrefill, group_size >= kPrefillRows ? 1 : kPrefillRows / group_size};
 }
 inline constexpr int64_t kInvariantSplitKeys = 1024;
@@ -64,6 +66,11 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
+// The bulk decode kernel over an fp8 cache (head_dim 128 and 256): a stage holds half the
+// bytes of a 16-bit one, so 5 stages at 128 (80 KiB of them, 2 CTAs an SM) and 3 for split
+// grids (3 an SM); 2 at 256 (2 an SM beside the converted rows).
+constexpr int Fp8BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 5; }
+constexpr int Fp8BulkDecodeSplitStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // Tensor copies at head_dim 256 stream K and V as separate parts through 3 buffers of one
 // block's K or V (BulkDecodeShape's ring): 105 KiB, two CTAs an SM, where two whole stages
 // (137 KiB) fit one and each CTA's start and end left its SM without copies in flight.
