@@ -7,9 +7,9 @@ The shared core of :mod:`splitkv.attention` (the eager functions and the plan ob
   check (_checks.py) and a C++ params struct filled field by field. Plans, the custom ops
   and the first call of each layout take it; every refusal's message comes from it.
 - the per-call path (:func:`paged_call`, :func:`ragged_call`): a call whose layout (the
-  classes, shapes, strides, dtypes and devices of its tensors, its options and its
-  workspace's) passed the full path before reuses that path's params as a template and
-  only supplies its addresses (one C++ call, `LaunchPagedFrom` / `LaunchRaggedFrom`, which
+  classes, shapes, strides, dtypes and devices of its tensors, sinks and per-head scales
+  included, its options and its workspace's) passed the full path before reuses that
+  path's params as a template and only supplies its addresses (one C++ call, `LaunchPagedFrom` / `LaunchRaggedFrom`, which
   runs every C++ check again). What depends on the addresses is checked on every call: a
   caller's `out` or the workspace sharing bytes with another tensor sends the call to the
   full path, which refuses it with its own message. Index values (CPU) and the counters
@@ -352,11 +352,11 @@ def _workspace_view(workspace):
 
 def _overlaps(addresses, extents, out, out_extent, workspace, workspace_extent):
     """True if the caller's `out` (address, or None when the call allocates it) shares a
-    byte with the inputs (the first 3 addresses: q, k, v), or the workspace with any
+    byte with the inputs (the first 4 addresses: q, k, v, sinks), or the workspace with any
     tensor of the call: the full path then refuses it with its message."""
     if out is not None and out_extent:
         out_end = out + out_extent
-        for i in range(3):
+        for i in range(4):
             begin = addresses[i]
             if extents[i] and begin < out_end and out < begin + extents[i]:
                 return True
@@ -369,8 +369,9 @@ def _overlaps(addresses, extents, out, out_extent, workspace, workspace_extent):
     return False
 
 
-def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q_len):
-    """Launches a call of `layout` from its addresses (q first), holding the workspace."""
+def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q_len, scales):
+    """Launches a call of `layout` from its addresses (q first) and its per-head scale
+    addresses (k_scales, v_scales; 0 for none), holding the workspace."""
     buffer, _, c_workspace, busy = view
     if c_workspace is None:  # a user's tensor: no cached view
         c_workspace = workspace_module.c_workspace(workspace, buffer)
@@ -382,7 +383,7 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
             workspace_module.check_every_call(op, workspace, buffer, "before")
         if not layout.cuda:
             layout.launch(layout.params, *addresses, out_address, lse_address, c_workspace, 0,
-                          max_q_len)
+                          max_q_len, *scales)
             if workspace_module.CHECK_EVERY_CALL:
                 workspace_module.check_every_call(op, workspace, buffer, "after")
             return
@@ -393,7 +394,7 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
             if not capturing:
                 workspace_module.order_after_last_launch(busy, stream, device)
             layout.launch(layout.params, *addresses, out_address, lse_address, c_workspace,
-                          stream, max_q_len)
+                          stream, max_q_len, *scales)
             if not capturing:
                 workspace_module.record_launch(busy, stream, device)
         if workspace_module.CHECK_EVERY_CALL:
@@ -450,15 +451,17 @@ def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seql
             workspace_signature, options, tuple(map(type, options)))
 
 
-class _FullPath(Exception):
-    """A call the layout cache does not serve."""
+def _tensor_or_value(x):
+    """A hashable stand-in for an option that may be a tensor (a per-head scale): its
+    layout, never its identity or values (both change from call to call)."""
+    return ("tensor",) + tensor_signature(x) if isinstance(x, torch.Tensor) else x
 
 
-def _uncached(sinks, k_scale, v_scale):
-    """Whether a call takes the full path every time: sinks given, or a per-head scale tensor
-    (the cached params would keep the first call's addresses; anything else given as sinks
-    must meet the full path's checks)."""
-    return sinks is not None or isinstance(k_scale, torch.Tensor) or isinstance(v_scale, torch.Tensor)
+def _scale_addresses(k_scale, v_scale):
+    """(k_scales, v_scales) addresses for LaunchPagedFrom / LaunchRaggedFrom: a per-head
+    scale tensor's, 0 for a float or None (the template holds the float)."""
+    return (k_scale.data_ptr() if isinstance(k_scale, torch.Tensor) else 0,
+            v_scale.data_ptr() if isinstance(v_scale, torch.Tensor) else 0)
 
 
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
@@ -467,11 +470,12 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
     """Runs paged attention; returns (out, lse). The per-call path when the layout is
     known, else (and to refuse) the full path, which then remembers the layout."""
     # Every argument the full path's checks read, except tensor addresses and index values.
-    options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
-               return_lse, max_q_len, batch_invariant, k_scale, v_scale)
+    # Sinks and per-head scales enter by their layout (tensor_signature), their addresses
+    # per call.
     try:
-        if _uncached(sinks, k_scale, v_scale):
-            raise _FullPath
+        options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
+                   return_lse, max_q_len, batch_invariant, _tensor_or_value(k_scale),
+                   _tensor_or_value(v_scale), None if sinks is None else tensor_signature(sinks))
         view = _workspace_view(workspace)
         key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
         layout = _layouts.get(key)
@@ -483,15 +487,16 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
         else:
             k_address = kv_cache.data_ptr()
             v_address = k_address + layout.v_offset
-        addresses = (q.data_ptr(), k_address, v_address, block_tables.data_ptr(),
-                     seq_lens.data_ptr(), 0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr())
+        addresses = (q.data_ptr(), k_address, v_address, 0 if sinks is None else sinks.data_ptr(),
+                     block_tables.data_ptr(), seq_lens.data_ptr(),
+                     0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr())
         out_address = None if out is None else out.data_ptr()
         buffer = view[0]
         if not _overlaps(addresses, layout.extents, out_address, layout.extents[-1],
                          buffer.data_ptr(), buffer.numel()):
             out, lse = _new_outputs(layout, q, out, return_lse)
             _launch(op, layout, addresses, out, lse, out.data_ptr(), workspace, view,
-                    _call_max_q_len(layout, cu_seqlens_q, True))
+                    _call_max_q_len(layout, cu_seqlens_q, True), _scale_addresses(k_scale, v_scale))
             return out, lse
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
@@ -499,12 +504,12 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
         launch=True, batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     if key is not None and layout is None:
         _remember(key, _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q,
-                                     out, max_q_len))
+                                     out, max_q_len, sinks))
     run(op, _splitkv.LaunchPagedAttention, params, q, workspace)
     return new_out, lse
 
 
-def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out, max_q_len):
+def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out, max_q_len, sinks):
     if isinstance(kv_cache, (tuple, list)):
         k, v = kv_cache
         v_offset = None
@@ -512,7 +517,8 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
         k, v = kv_cache[:, 0], kv_cache[:, 1]
         v_offset = v.data_ptr() - k.data_ptr()
     layout = _Layout(params, _splitkv.LaunchPagedFrom, q,
-                     (q, k, v, block_tables, seq_lens, cu_seqlens_q, out), max_q_len, cu_seqlens_q)
+                     (q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, out), max_q_len,
+                     cu_seqlens_q)
     layout.v_offset = v_offset
     return layout
 
@@ -532,26 +538,25 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                 window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
                 batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     """Runs ragged attention; returns (out, lse). Paths as :func:`paged_call`."""
-    options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len,
-               batch_invariant, k_scale, v_scale)
     try:
-        if _uncached(sinks, k_scale, v_scale):
-            raise _FullPath
+        options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse,
+                   max_q_len, batch_invariant, _tensor_or_value(k_scale),
+                   _tensor_or_value(v_scale), None if sinks is None else tensor_signature(sinks))
         view = _workspace_view(workspace)
         key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options)
         layout = _layouts.get(key)
     except Exception:  # noqa: BLE001 - as in paged_call
         key = layout = None
     if layout is not None:
-        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), cu_seqlens_q.data_ptr(),
-                     cu_seqlens_kv.data_ptr())
+        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), 0 if sinks is None else sinks.data_ptr(),
+                     cu_seqlens_q.data_ptr(), cu_seqlens_kv.data_ptr())
         out_address = None if out is None else out.data_ptr()
         buffer = view[0]
         if not _overlaps(addresses, layout.extents, out_address, layout.extents[-1],
                          buffer.data_ptr(), buffer.numel()):
             out, lse = _new_outputs(layout, q, out, return_lse)
             _launch(op, layout, addresses, out, lse, out.data_ptr(), workspace, view,
-                    _call_max_q_len(layout, cu_seqlens_q, False))
+                    _call_max_q_len(layout, cu_seqlens_q, False), _scale_addresses(k_scale, v_scale))
             return out, lse
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
@@ -559,7 +564,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
         batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     if key is not None and layout is None:
         _remember(key, _Layout(params, _splitkv.LaunchRaggedFrom, q,
-                               (q, k, v, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,
+                               (q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,
                                cu_seqlens_q))
     run(op, _splitkv.LaunchRaggedAttention, params, q, workspace)
     return new_out, lse

@@ -202,14 +202,20 @@ T* Address(std::uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
+// The per-call addresses of a validated layout. sinks, k_scales and v_scales are 0 when the
+// layout has none (the layout cache keys on whether each is a tensor, and on its shape).
 void LaunchPagedFrom(const PagedAttentionParams& plan, std::uintptr_t q, std::uintptr_t k_cache,
-                     std::uintptr_t v_cache, std::uintptr_t block_tables, std::uintptr_t seq_lens,
-                     std::uintptr_t cu_seqlens_q, std::uintptr_t out, std::uintptr_t lse,
-                     const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len) {
+                     std::uintptr_t v_cache, std::uintptr_t sinks, std::uintptr_t block_tables,
+                     std::uintptr_t seq_lens, std::uintptr_t cu_seqlens_q, std::uintptr_t out,
+                     std::uintptr_t lse, const WorkspaceBuffer& workspace, std::uintptr_t stream,
+                     int64_t max_q_len, std::uintptr_t k_scales, std::uintptr_t v_scales) {
   PagedAttentionParams p = plan;
   p.q = Address<const void>(q);
   p.k_cache = Address<const void>(k_cache);
   p.v_cache = Address<const void>(v_cache);
+  p.options.sinks = Address<const float>(sinks);
+  p.kv_storage.k_scales = Address<const float>(k_scales);
+  p.kv_storage.v_scales = Address<const float>(v_scales);
   p.block_tables = Address<const int32_t>(block_tables);
   p.seq_lens = Address<const int32_t>(seq_lens);
   p.cu_seqlens_q = Address<const int32_t>(cu_seqlens_q);
@@ -231,13 +237,17 @@ void LaunchPagedFrom(const PagedAttentionParams& plan, std::uintptr_t q, std::ui
 }
 
 void LaunchRaggedFrom(const RaggedAttentionParams& plan, std::uintptr_t q, std::uintptr_t k,
-                      std::uintptr_t v, std::uintptr_t cu_seqlens_q, std::uintptr_t cu_seqlens_kv,
-                      std::uintptr_t out, std::uintptr_t lse, const WorkspaceBuffer& workspace,
-                      std::uintptr_t stream, int64_t max_q_len) {
+                      std::uintptr_t v, std::uintptr_t sinks, std::uintptr_t cu_seqlens_q,
+                      std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
+                      const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
+                      std::uintptr_t k_scales, std::uintptr_t v_scales) {
   RaggedAttentionParams p = plan;
   p.q = Address<const void>(q);
   p.k = Address<const void>(k);
   p.v = Address<const void>(v);
+  p.options.sinks = Address<const float>(sinks);
+  p.kv_storage.k_scales = Address<const float>(k_scales);
+  p.kv_storage.v_scales = Address<const float>(v_scales);
   p.cu_seqlens_q = Address<const int32_t>(cu_seqlens_q);
   p.cu_seqlens_kv = Address<const int32_t>(cu_seqlens_kv);
   p.out = Address<void>(out);

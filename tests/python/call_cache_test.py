@@ -126,3 +126,61 @@ def test_cache_is_bounded(monkeypatch):
         problem = harness.make_ragged([q_len], [20], dtype=_DTYPE, seed=q_len)
         harness.assert_close(problem.run(workspace), problem.reference()[0], _DTYPE)
         assert len(_calls._layouts) <= 2
+
+
+def _counting_full_path(monkeypatch):
+    """Counts calls that took the full path (paged_params / ragged_params)."""
+    counts = {"full": 0}
+    for name in ("paged_params", "ragged_params"):
+        original = getattr(_calls, name)
+
+        def counted(*args, _original=original, **kwargs):
+            counts["full"] += 1
+            return _original(*args, **kwargs)
+        monkeypatch.setattr(_calls, name, counted)
+    return counts
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sinks_and_scale_tensors_take_the_per_call_path(device, monkeypatch):
+    # A model's layers share a layout but not their sinks or per-head scales: after the
+    # first call, each layer's call is a cached one with its own sinks / scales, bitwise
+    # the full path's result for them; out overlapping sinks is still refused.
+    harness.require(device)
+    counts = _counting_full_path(monkeypatch)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE, device=device)
+    ragged = harness.make_ragged([9, 30], [40, 30], group=2, dtype=_DTYPE, device=device)
+    g = torch.Generator().manual_seed(21)
+    layers = [torch.randn(problem.q.shape[1], generator=g).mul(3).to(device) for _ in range(3)]
+    cached = [(problem.run(workspace, sinks=s, return_lse=True),
+               ragged.run(workspace, sinks=s, return_lse=True)) for s in layers]
+    assert counts["full"] == 2  # one per layout: the first layer's paged and ragged calls
+    _calls._layouts.clear()
+    for s, got in zip(layers, cached):
+        for call, result in ((problem.run, got[0]), (ragged.run, got[1])):
+            _calls._layouts.clear()
+            full = call(workspace, sinks=s, return_lse=True)
+            assert torch.equal(result[0], full[0]) and torch.equal(result[1], full[1])
+    assert not torch.equal(cached[0][0][0], cached[1][0][0])  # the sinks did change the rows
+    # An out that holds the (cached layout's) sinks is refused with the full path's message.
+    problem.run(workspace, sinks=layers[0])
+    out = torch.empty(problem.q.numel() + 64, dtype=torch.float32, device=device)
+    sinks_in_out = out[:problem.q.shape[1]]
+    out_view = out.view(torch.float16)[:problem.q.numel()].view(problem.q.shape)
+    with pytest.raises(ValueError, match="out"):
+        problem.run(workspace, sinks=sinks_in_out, out=out_view)
+    harness.assert_counter_region_zero(workspace)
+    # Per-head fp8 scales: each call's own tensor is read.
+    q = problem.q.to(torch.bfloat16)
+    cache = problem.kv_cache.to(torch.float8_e4m3fn)
+    scales = [torch.full((cache.shape[2],), v, device=device) for v in (0.5, 2.0)]
+    _calls._layouts.clear()
+    counts["full"] = 0
+    outs = [splitkv.paged_attention(q, cache, problem.block_tables, problem.seq_lens, workspace,
+                                    k_scale=sc, v_scale=sc) for sc in scales]
+    assert counts["full"] == 1
+    _calls._layouts.clear()
+    full = splitkv.paged_attention(q, cache, problem.block_tables, problem.seq_lens, workspace,
+                                   k_scale=scales[1], v_scale=scales[1])
+    assert torch.equal(outs[1], full) and not torch.equal(outs[0], outs[1])
