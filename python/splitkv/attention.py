@@ -126,8 +126,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         computed in a prefill or a decode (same backend, build and CPU instruction set).
         Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
         from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
-        On CUDA (sm_90) every call runs the decode kernel's 16-row tiles (elsewhere the
-        mma.sync kernel's prefill tiles; never the wgmma prefill), so decode costs about
+        On CUDA (sm_90, 16-bit K/V) every call runs the decode kernel's 16-row tiles
+        (elsewhere, and with fp8 K/V, the mma.sync kernel's prefill tiles; never the wgmma
+        prefill), so decode costs about
         what the default does and prefill several times more (README "Batch invariance");
         invariance holds among calls whose K/V rows share one 16-byte alignment. The
         workspace must hold every split's partials,
@@ -307,8 +308,9 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         computed in a prefill or a decode (same backend, build and CPU instruction set).
         Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
         from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
-        On CUDA (sm_90) every call runs the decode kernel's 16-row tiles (elsewhere the
-        mma.sync kernel's prefill tiles; never the wgmma prefill), so decode costs about
+        On CUDA (sm_90, 16-bit K/V) every call runs the decode kernel's 16-row tiles
+        (elsewhere, and with fp8 K/V, the mma.sync kernel's prefill tiles; never the wgmma
+        prefill), so decode costs about
         what the default does and prefill several times more (README "Batch invariance");
         invariance holds among calls whose K/V rows share one 16-byte alignment. The
         workspace must hold every split's partials,
