@@ -28,19 +28,16 @@ void MergeTyped(const MergeStatesParams& p) {
         if (x > m || std::isnan(x)) m = std::isnan(m) ? m : x;
       }
       if (m == neg_inf) m = 0.0f;  // no state saw a key: keeps exp away from -inf - -inf
+      // Each state's weight once per row, then its share (an empty state's outs are never read).
       float total = 0.0f;
       for (int64_t s = 0; s < p.num_states; ++s) {
         const float x = lses[s * p.lses_stride_state];
-        total += x == neg_inf ? 0.0f : std::exp(x - m);
+        shares[s] = x == neg_inf ? 0.0f : std::exp(x - m);
+        live[s] = shares[s] != 0.0f;
+        total += shares[s];
       }
       const float safe_total = total > 0.0f ? total : 1.0f;
-      // Each state's share, once per row (0 for an empty state: its outs are never read).
-      for (int64_t s = 0; s < p.num_states; ++s) {
-        const float x = lses[s * p.lses_stride_state];
-        const float w = x == neg_inf ? 0.0f : std::exp(x - m);
-        shares[s] = w == 0.0f ? 0.0f : w / safe_total;
-        live[s] = w != 0.0f;
-      }
+      for (int64_t s = 0; s < p.num_states; ++s) shares[s] /= safe_total;
       T* row = out + t * p.out_stride_token + h * p.out_stride_head;
       const T* row_outs = outs + t * p.outs_stride_token + h * p.outs_stride_head;
       for (int64_t d = 0; d < p.head_dim; ++d) {
