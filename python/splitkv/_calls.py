@@ -18,7 +18,6 @@ The shared core of :mod:`splitkv.attention` (the eager functions and the plan ob
 Both paths launch the same work with the same params; only the host time differs.
 """
 
-import contextlib
 import math
 
 import torch
@@ -388,8 +387,8 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
                 workspace_module.check_every_call(op, workspace, buffer, "after")
             return
         device = layout.device
-        with workspace_module.on_device(device) if torch.cuda.current_device() != device.index else _NO_GUARD:
-            stream = current_raw_stream(device.index)
+        with workspace_module.on_device(device):
+            stream = workspace_module.current_raw_stream(device.index)
             capturing = torch.cuda.is_current_stream_capturing()
             if not capturing:
                 workspace_module.order_after_last_launch(busy, stream, device)
@@ -401,19 +400,6 @@ def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q
             workspace_module.check_every_call(op, workspace, buffer, "after")
     finally:
         workspace_module.release(busy)
-
-
-_NO_GUARD = contextlib.nullcontext()
-
-
-def current_raw_stream(index):
-    """The cudaStream_t of the current stream of device `index`, without making a
-    torch.cuda.Stream (torch's own raw-handle query where it has one)."""
-    return torch.cuda.current_stream(index).cuda_stream
-
-
-if hasattr(torch._C, "_cuda_getCurrentRawStream"):
-    current_raw_stream = torch._C._cuda_getCurrentRawStream  # noqa: F811
 
 
 def _call_max_q_len(layout, cu_seqlens_q, paged):

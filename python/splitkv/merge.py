@@ -7,11 +7,8 @@ graph-capturable); float64 runs the same formula in torch ops. Fixed order, so a
 bitwise the same run to run.
 """
 
-import contextlib
-
 import torch
 
-from splitkv import _calls
 from splitkv import _checks
 from splitkv import _splitkv
 from splitkv import workspace as workspace_module
@@ -19,7 +16,6 @@ from splitkv import workspace as workspace_module
 _OP = "merge_states"
 # A CPU-only build of the core still merges CUDA tensors, through the torch formula.
 _CUDA_CORE = _splitkv.CudaBackendAvailable()
-_NO_GUARD = contextlib.nullcontext()
 
 
 def _check(outs, lses):
@@ -107,10 +103,8 @@ def _merge_core(outs, lses):
     out = outs.new_empty((total_q, num_qo_heads, head_dim))
     lse = lses.new_empty((total_q, num_qo_heads))
     device = outs.device
-    cuda = device.type == "cuda"
-    switch = cuda and torch.cuda.current_device() != device.index
-    with workspace_module.on_device(device) if switch else _NO_GUARD:
-        stream = _calls.current_raw_stream(device.index) if cuda else 0
+    with workspace_module.on_device(device):
+        stream = workspace_module.current_raw_stream(device.index) if device.type == "cuda" else 0
         _splitkv.MergeStates(
             outs.data_ptr(), outs.stride(0), outs.stride(1), outs.stride(2),
             lses.data_ptr(), lses.stride(0), lses.stride(1), lses.stride(2),

@@ -320,9 +320,25 @@ def check_workspace(workspace):
         _splitkv.CheckWorkspaceStatus("check_workspace", *_status_call_args(workspace, buffer))
 
 
+_NO_GUARD = contextlib.nullcontext()
+
+
 def on_device(device):
-    """``device`` current for the block (CUDA); nothing on the CPU."""
-    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+    """``device`` current for the block (CUDA); nothing on the CPU or when it already is
+    (entering torch.cuda.device costs microseconds on every per-call launch)."""
+    if device.type != "cuda" or torch.cuda.current_device() == device.index:
+        return _NO_GUARD
+    return torch.cuda.device(device)
+
+
+def current_raw_stream(index):
+    """The cudaStream_t of the current stream of device `index`, without making a
+    torch.cuda.Stream (torch's own raw-handle query where it has one)."""
+    return torch.cuda.current_stream(index).cuda_stream
+
+
+if hasattr(torch._C, "_cuda_getCurrentRawStream"):
+    current_raw_stream = torch._C._cuda_getCurrentRawStream  # noqa: F811
 
 
 def check_every_call(op, workspace, buffer, when):
