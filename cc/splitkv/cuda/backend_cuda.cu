@@ -151,14 +151,20 @@ void CheckPlanMatches(const char* op, const SplitPlan& plan, int64_t max_q_len, 
   }
 }
 
+// The tiles of a call: Traits() (which sizes the plan) and the launches must agree.
+TileChoice TileFor(bool batch_invariant, int64_t group_size, int64_t max_q_len, bool kv_fp8, const char* op) {
+  // Batch-invariant calls run the sm_90 decode kernel where it reads their K/V (not fp8).
+  return batch_invariant ? InvariantTile(group_size, DeviceRunsSm90a(op) && !kv_fp8)
+                         : ChooseTile(group_size, max_q_len);
+}
+
 }  // namespace
 
 bool Available() { return true; }
 
 BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, void* stream, bool batch_invariant,
                      bool kv_fp8) {
-  const TileChoice tile = batch_invariant ? InvariantTile(group_size, DeviceRunsSm90a("splitkv") && !kv_fp8)
-                                          : ChooseTile(group_size, max_q_len);
+  const TileChoice tile = TileFor(batch_invariant, group_size, max_q_len, kv_fp8, "splitkv");
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
   const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
@@ -188,8 +194,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
 void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const bool invariant = plan.invariant_split_keys > 0;
-  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kPagedOp) && !p.kv_storage.fp8_e4m3)
-                                    : ChooseTile(group, p.max_q_len);
+  const TileChoice tile = TileFor(invariant, group, p.max_q_len, p.kv_storage.fp8_e4m3, kPagedOp);
   CheckPlanMatches(kPagedOp, plan, p.max_q_len, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kPagedOp, "total_q", p.total_q);
   CheckFitsInt32(kPagedOp, "max_pages_per_seq * page_size", p.max_pages_per_seq * p.page_size);
@@ -240,8 +245,7 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   // Ragged calls run prefill tiles (decode tiles in batch-invariant mode on sm_90), cut with
   // the same q_tile_tokens Traits() reported.
   const bool invariant = plan.invariant_split_keys > 0;
-  const TileChoice tile = invariant ? InvariantTile(group, DeviceRunsSm90a(kRaggedOp) && !p.kv_storage.fp8_e4m3)
-                                    : ChooseTile(group, max_q);
+  const TileChoice tile = TileFor(invariant, group, max_q, p.kv_storage.fp8_e4m3, kRaggedOp);
   CheckPlanMatches(kRaggedOp, plan, max_q, tile.q_tile_tokens, p.batch_size, p.num_kv_heads);
   CheckFitsInt32(kRaggedOp, "total_q", p.total_q);
   CheckFitsInt32(kRaggedOp, "total_kv", p.total_kv);
