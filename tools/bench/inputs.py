@@ -2,10 +2,11 @@
 
 Every implementation reads the same values: a decode case's KV is drawn once as
 contiguous `[batch, num_kv_heads, kv_len, head_dim]` tensors (what SDPA reads), and each
-paged cache is scattered from them into randomly permuted pages (what splitkv reads).
-A 16-bit decode case's K/V values are ones an fp8 (e4m3) cache holds exactly at FP8_SCALE,
-so its fp8 rows (fp8_paged_copy) compute the same function as its 16-bit rows and are
-checked against the same reference.
+paged cache is scattered from them into randomly permuted pages (what splitkv reads); a
+prefill case's ragged K/V likewise for its paged rows (paged_prefill_copy).
+A 16-bit case's K/V values are ones an fp8 (e4m3) cache holds exactly at FP8_SCALE, so its
+fp8 rows (fp8_paged_copy, fp8_prefill_copy) compute the same function as its 16-bit rows
+and are checked against the same reference.
 """
 
 import dataclasses
@@ -127,10 +128,59 @@ class PrefillCopy:
 
 def prefill_copies(case, dtype, device, copies, generator):
     total = sum(case.lengths)
+    shape_kv = (total, case.num_kv_heads, case.head_dim)
     return [PrefillCopy(randn((total, case.num_qo_heads, case.head_dim), dtype, device, generator),
-                        randn((total, case.num_kv_heads, case.head_dim), dtype, device, generator),
-                        randn((total, case.num_kv_heads, case.head_dim), dtype, device, generator))
+                        fp8_exact(randn(shape_kv, dtype, device, generator)),
+                        fp8_exact(randn(shape_kv, dtype, device, generator)))
             for _ in range(copies)]
+
+
+def fp8_prefill_copy(copy):
+    """The ragged copy with K and V stored as fp8 e4m3 (value / FP8_SCALE): the same values
+    (prefill_copies draws fp8-exact ones)."""
+    return PrefillCopy(copy.q, (copy.k / FP8_SCALE).to(FP8), (copy.v / FP8_SCALE).to(FP8))
+
+
+@dataclasses.dataclass
+class PagedPrefillCopy:
+    q: torch.Tensor  # [total, num_qo_heads, head_dim]: every prompt token queries (one chunk)
+    kv_cache: torch.Tensor  # as PagedCopy.kv_cache
+    block_tables: torch.Tensor  # [batch, pages_per_seq] int32
+    seq_lens: torch.Tensor  # [batch] int32: the prompts' lengths
+    cu_seqlens_q: torch.Tensor  # [batch + 1] int32
+
+
+def paged_prefill_copy(copy, lengths, page_size, kv_layout, generator):
+    """copy's ragged K/V scattered into pages in random order (random page tails): a prompt
+    prefilled as one chunk over a paged cache, as a serving engine's chunked prefill reads it."""
+    device, dtype = copy.k.device, copy.k.dtype
+    _, num_kv_heads, head_dim = copy.k.shape
+    pages_per_seq = -(-max(lengths) // page_size)
+    num_pages = len(lengths) * pages_per_seq
+    page_shape = ((num_kv_heads, page_size, head_dim) if kv_layout == "HND"
+                  else (page_size, num_kv_heads, head_dim))
+    cache = randn((num_pages, 2) + page_shape, dtype, device, generator)
+    cache_hnd = cache if kv_layout == "HND" else cache.transpose(2, 3)  # one fill, both layouts
+    order = torch.randperm(num_pages, device=device, generator=generator)
+    block_tables = order.to(torch.int32).view(len(lengths), pages_per_seq)
+    begin = 0
+    for b, n in enumerate(lengths):
+        used = -(-n // page_size)
+        for half, x in enumerate((copy.k, copy.v)):
+            tokens = torch.empty((used * page_size, num_kv_heads, head_dim), dtype=dtype, device=device)
+            tokens[n:] = cache_hnd[order[b * pages_per_seq + used - 1], half].transpose(0, 1)[
+                n - (used - 1) * page_size:]  # the last page's tail keeps its random values
+            tokens[:n] = x[begin:begin + n]
+            cache_hnd[order[b * pages_per_seq:b * pages_per_seq + used], half] = tokens.view(
+                used, page_size, num_kv_heads, head_dim).transpose(1, 2)
+        begin += n
+    seq_lens = torch.tensor(lengths, dtype=torch.int32, device=device)
+    return PagedPrefillCopy(copy.q, cache, block_tables, seq_lens, cu_seqlens(lengths, device))
+
+
+def fp8_paged_prefill_copy(copy):
+    """The paged prefill copy with its cache stored as fp8 e4m3 (value / FP8_SCALE)."""
+    return dataclasses.replace(copy, kv_cache=(copy.kv_cache / FP8_SCALE).to(FP8))
 
 
 def cu_seqlens(lengths, device):

@@ -288,27 +288,64 @@ def varlen_prefill(ctx, copies):
     return prepared_calls(copies, call, canon, variant)
 
 
-def splitkv_ragged(ctx, copies):
-    case = ctx.case
-    cu = inputs.cu_seqlens(case.lengths, ctx.device)
-    longest = max(case.lengths)
-    outs = [torch.empty_like(c.q) for c in copies]
+def splitkv_ragged(kv_scale=None):
+    """splitkv's ragged prefill; kv_scale: k_scale = v_scale of fp8 K/V."""
 
-    def call(i):
-        c = copies[i]
-        return splitkv.ragged_attention(c.q, c.k, c.v, cu, cu, ctx.workspace, causal=case.causal,
-                                        out=outs[i], max_q_len=longest)
+    def prepare(ctx, copies):
+        case = ctx.case
+        cu = inputs.cu_seqlens(case.lengths, ctx.device)
+        outs = [torch.empty_like(c.q) for c in copies]
+        extra = {} if kv_scale is None else dict(k_scale=kv_scale, v_scale=kv_scale)
 
-    c = copies[0]
-    plan = splitkv.plan_ragged_attention(c.q, c.k, c.v, cu, cu, ctx.workspace, causal=case.causal,
-                                         out=outs[0], max_q_len=longest)
+        def call(i):
+            c = copies[i]
+            return splitkv.ragged_attention(c.q, c.k, c.v, cu, cu, ctx.workspace, causal=case.causal,
+                                            out=outs[i], max_q_len=max(case.lengths), **extra)
 
-    def check():
-        outs[0].fill_(float("nan"))
-        return call(0)
+        c = copies[0]
+        plan = splitkv.plan_ragged_attention(c.q, c.k, c.v, cu, cu, ctx.workspace, causal=case.causal,
+                                             out=outs[0], max_q_len=max(case.lengths), **extra)
 
-    return Prepared([lambda i=i: call(i) for i in range(len(copies))], check, "planned",
-                    num_splits=plan.num_splits)
+        def check():
+            outs[0].fill_(float("nan"))
+            return call(0)
+
+        return Prepared([lambda i=i: call(i) for i in range(len(copies))], check, "planned",
+                        num_splits=plan.num_splits)
+
+    return prepare
+
+
+def splitkv_paged_prefill(kv_scale=None):
+    """splitkv's paged_attention over inputs.PagedPrefillCopy: each prompt as one chunk
+    (cu_seqlens_q) over its paged cache; kv_scale: k_scale = v_scale of an fp8 cache."""
+
+    def prepare(ctx, paged):
+        case = ctx.case
+        outs = [torch.empty_like(p.q) for p in paged]
+        extra = {} if kv_scale is None else dict(k_scale=kv_scale, v_scale=kv_scale)
+
+        def kwargs(i):
+            return dict(cu_seqlens_q=paged[i].cu_seqlens_q, kv_layout=ctx.kv_layout, causal=case.causal,
+                        out=outs[i], max_q_len=max(case.lengths), **extra)
+
+        def call(i):
+            p = paged[i]
+            return splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ctx.workspace,
+                                           **kwargs(i))
+
+        p = paged[0]
+        plan = splitkv.plan_paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ctx.workspace,
+                                            **kwargs(0))
+
+        def check():
+            outs[0].fill_(float("nan"))
+            return call(0)
+
+        return Prepared([lambda i=i: call(i) for i in range(len(paged))], check, "planned",
+                        num_splits=plan.num_splits)
+
+    return prepare
 
 
 def decode_contiguous_peers(device):

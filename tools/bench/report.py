@@ -100,7 +100,8 @@ def peer_summary(rows, device_type):
         for page in pages or [None]:
             # Contiguous-KV peers (SDPA, flex) stand beside every page size.
             mine = [r for r in members if r["impl"] == "splitkv" and r["case"].get("page_size") == page]
-            others = [r for r in members if r["impl"] != "splitkv"
+            # splitkv's own variant rows (sinks, fp8, paged prefill) are not "others".
+            others = [r for r in members if not r["impl"].startswith("splitkv")
                       and r["case"].get("page_size") in (page, None)]
             serving = [r for r in others if r["impl"].startswith(SERVING_PEERS)]
             cells = [section, shape, dtype, str(page or "-"), unit]

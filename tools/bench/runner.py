@@ -214,6 +214,9 @@ def _note_ratio(row, base):
         row["note"] = f"{row['note']}; {ratio}" if row["note"] else ratio
 
 
+PREFILL_PAGE_SIZE = 16  # the paged prefill rows' page size (the serving engines' usual one)
+
+
 def run_prefill(ctx, case):
     dtype = ctx.case_dtype(case)
     skipped = _too_big(ctx, case, dtype)
@@ -229,8 +232,28 @@ def run_prefill(ctx, case):
     sdpa_ref, rows = {}, []
     for name, prepare in peers.prefill_peers(ctx.device) + serving_peers.prefill_peers():
         rows.append(_measure(ctx, case, dtype, name, prepare, copies, sample, sdpa_ref))
-    rows.append(_measure(ctx, case, dtype, "splitkv", peers.splitkv_ragged, copies, sample, sdpa_ref,
+    rows.append(_measure(ctx, case, dtype, "splitkv", peers.splitkv_ragged(), copies, sample, sdpa_ref,
                          splitkv_row=True))
+    base = rows[-1]
+    fp8 = dtype in inputs.FP8_Q_DTYPES
+    if fp8:  # the same K/V values as fp8 (issue 17: fp8 prefill's speed in the bench)
+        rows.append(_measure(ctx, case, dtype, "splitkv fp8", peers.splitkv_ragged(inputs.FP8_SCALE),
+                             [inputs.fp8_prefill_copy(c) for c in copies], sample, sdpa_ref,
+                             splitkv_row=True, kv_dtype=inputs.FP8))
+        _note_ratio(rows[-1], base)
+    # The prompts as one chunk each over a paged cache (what a chunked prefill reads).
+    page_size = PREFILL_PAGE_SIZE
+    paged = [inputs.paged_prefill_copy(c, case.lengths, page_size, ctx.kv_layout, gen) for c in copies]
+    copies = None
+    _free()
+    rows.append(_measure(ctx, case, dtype, "splitkv paged", peers.splitkv_paged_prefill(), paged, sample,
+                         sdpa_ref, page_size=page_size, splitkv_row=True))
+    _note_ratio(rows[-1], base)
+    if fp8:
+        rows.append(_measure(ctx, case, dtype, "splitkv paged fp8", peers.splitkv_paged_prefill(inputs.FP8_SCALE),
+                             [inputs.fp8_paged_prefill_copy(p) for p in paged], sample, sdpa_ref,
+                             page_size=page_size, splitkv_row=True, kv_dtype=inputs.FP8))
+        _note_ratio(rows[-1], base)
     return rows
 
 

@@ -142,7 +142,7 @@ def _tiny(trace):
         DecodeCase(3, 300, page_sizes=(16, 64), dtype="float32", **small),
         DecodeCase(2, 200, dtype="bfloat16", **small),
         uniform_prefill(2, 100, dtype="float32", **small),
-        trace_prefill(trace, 4, max_len=200, dtype="float32", **small),
+        trace_prefill(trace, 4, max_len=200, dtype="bfloat16", **small),  # + the fp8 rows
         MergeCase(8, 256, forced_splits=(2,), dtype="float32", **small),
     ]
 
