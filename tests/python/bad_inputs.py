@@ -450,10 +450,6 @@ ROWS = [
         lambda p, ws, d: _paged_call(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens), 0, 10),
                                      full_seq_lens=_edited(p.seq_lens, 0, 40)), "cpu"),
     # ---- splitkv.distributed.paged_attention (its other arguments: as paged_attention) ----
-    Row("cp_window", "paged", "a sliding window", ValueError,
-        _D + "window_left unsupported: expected -1 (no window), got 8; sliding windows across "
-        "shards need per-request positions in the core (README: Context parallelism)",
-        lambda p, ws, d: _distributed(p, ws, window_left=8), op="distributed"),
     Row("cp_kv_offsets_int64", "paged", "kv_offsets int64", TypeError,
         _D + "kv_offsets dtype unsupported: expected torch.int32, got torch.int64; pass "
         "kv_offsets.to(torch.int32)",
@@ -467,7 +463,7 @@ ROWS = [
         op="distributed"),
     Row("cp_shard_past_request", "paged", "a shard past its request's full_seq_lens",
         ValueError,
-        _D + "kv_offsets[1] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "
+        _P + "kv_offsets[1] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "
         "seq_lens[b] <= full_seq_lens[b], got kv_offsets 5, seq_lens 16, full_seq_lens 16",
         lambda p, ws, d: _distributed(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens),
                                                                 1, 5)),
