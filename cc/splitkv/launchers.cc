@@ -289,6 +289,10 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
     check.NotNull("block_tables", p.block_tables);
     check.NotNull("seq_lens", p.seq_lens);
   }
+  if ((p.kv_offsets == nullptr) != (p.full_seq_lens == nullptr)) {
+    check.Fail("kv_offsets/full_seq_lens", "given without the other", "both or neither",
+               p.kv_offsets == nullptr ? "full_seq_lens only" : "kv_offsets only");
+  }
 }
 
 // Host-readable index data (CPU backend): every value the kernels will use.
@@ -304,6 +308,15 @@ void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p) {
       check.Fail("seq_lens[" + std::to_string(b) + "]", "out of range",
                  "a length in [0, " + std::to_string(capacity) + "] (max_pages_per_seq * page_size)",
                  std::to_string(kv_len));
+    }
+    if (p.kv_offsets != nullptr) {
+      const int64_t offset = p.kv_offsets[b], full = p.full_seq_lens[b];
+      if (offset < 0 || offset + kv_len > full) {
+        check.Fail("kv_offsets[" + std::to_string(b) + "]", "out of range",
+                   "0 <= kv_offsets[b] and kv_offsets[b] + seq_lens[b] <= full_seq_lens[b]",
+                   "kv_offsets " + std::to_string(offset) + ", seq_lens " + std::to_string(kv_len) +
+                       ", full_seq_lens " + std::to_string(full));
+      }
     }
     const int32_t* row = p.block_tables + b * p.block_tables_stride;
     for (int64_t i = 0; i < CeilDiv(kv_len, p.page_size); ++i) {

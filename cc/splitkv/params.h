@@ -104,9 +104,11 @@ struct WorkspaceBuffer {
 //
 // Request b owns KV tokens 0 .. seq_lens[b] - 1, token t stored in page
 // block_tables[b][t / page_size] at slot t % page_size; its q_len queries are its last
-// q_len tokens (query i at position seq_lens[b] - q_len + i). A row that sees no key
+// q_len tokens (query i at position seq_lens[b] - q_len + i), unless kv_offsets and
+// full_seq_lens place the keys inside a longer request (below). A row that sees no key
 // (seq_lens[b] 0, q_len > seq_lens[b] under causal, a window excluding all) gets out 0 and
-// lse -inf (options.sinks: lse sinks[h]). KV slots past seq_lens[b] and pages not listed are never read into a result.
+// lse -inf (options.sinks: lse sinks[h]). KV slots past seq_lens[b] and pages not listed are
+// never read into a result.
 struct PagedAttentionParams {
   // q [total_q, num_qo_heads, head_dim] of `dtype`; request b owns rows
   // cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1 (row b when cu_seqlens_q is null).
@@ -134,6 +136,20 @@ struct PagedAttentionParams {
   // cu_seqlens_q [batch_size + 1] or null (then total_q == batch_size): prefix sums of
   // q_len from 0, ending at total_q.
   const int32_t* cu_seqlens_q = nullptr;
+  // Key positions in a longer request (context parallelism: this call holds one shard of
+  // each request's keys), or both null (the default: kv_offsets 0, full_seq_lens seq_lens).
+  // [batch_size] int32 each, memory of the call's backend, both or neither. Request b's
+  // seq_lens[b] keys are positions kv_offsets[b] .. kv_offsets[b] + seq_lens[b] - 1 of a
+  // request of full_seq_lens[b] keys, and its q_len queries sit at positions
+  // full_seq_lens[b] - q_len + i; the causal and window masks compare those positions, so
+  // query i sees local key t when t <= full_seq_lens[b] - kv_offsets[b] - q_len + i (causal)
+  // and t >= that - window_left (window). Required: 0 <= kv_offsets[b] and
+  // kv_offsets[b] + seq_lens[b] <= full_seq_lens[b] (checked on the CPU backend; on CUDA the
+  // values are not read on the host). Only the difference full_seq_lens[b] - kv_offsets[b]
+  // enters the masks: a query past the shard's last key sees all of it (within the window),
+  // one before its first key sees none.
+  const int32_t* kv_offsets = nullptr;
+  const int32_t* full_seq_lens = nullptr;
   // out [total_q, num_qo_heads, head_dim], same dtype as q; every row is written. It must
   // not overlap q, k_cache, v_cache or the workspace.
   void* out = nullptr;

@@ -7,8 +7,9 @@ The shared core of :mod:`splitkv.attention` (the eager functions and the plan ob
   check (_checks.py) and a C++ params struct filled field by field. Plans, the custom ops
   and the first call of each layout take it; every refusal's message comes from it.
 - the per-call path (:func:`paged_call`, :func:`ragged_call`): a call whose layout (the
-  classes, shapes, strides, dtypes and devices of its tensors, sinks and per-head scales
-  included, its options and its workspace's) passed the full path before reuses that
+  classes, shapes, strides, dtypes and devices of its tensors, sinks, per-head scales,
+  kv_offsets and full_seq_lens included, its options and its workspace's) passed the full
+  path before reuses that
   path's params as a template and only supplies its addresses (one C++ call, `LaunchPagedFrom` / `LaunchRaggedFrom`, which
   runs every C++ check again). What depends on the addresses is checked on every call: a
   caller's `out` or the workspace sharing bytes with another tensor sends the call to the
@@ -186,9 +187,24 @@ def _paged_kv(op, kv_cache, kv_layout, q):
     return k, v
 
 
+def _key_positions(op, kv_offsets, full_seq_lens, q, batch_size):
+    """kv_offsets and full_seq_lens: both None, or both int32 ``[batch_size]``, contiguous,
+    on q's device (their values: the C++ launcher's, on the CPU)."""
+    if (kv_offsets is None) != (full_seq_lens is None):
+        given = "kv_offsets" if full_seq_lens is None else "full_seq_lens"
+        _checks.fail(op, "kv_offsets/full_seq_lens", "given without the other", "both or neither",
+                     f"{given} only")
+    if kv_offsets is None:
+        return
+    for name, x in (("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)):
+        _index(op, name, x, q, 1)
+        _checks.dim(op, name, x, 0, batch_size, "batch_size, block_tables.shape[0]")
+
+
 def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                   sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch, batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
+                  max_q_len, launch, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
+                  kv_offsets=None, full_seq_lens=None):
     dtype, backend = _query(op, q)
     k, v = _paged_kv(op, kv_cache, kv_layout, q)
     _index(op, "block_tables", block_tables, q, 2)
@@ -199,6 +215,7 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
         _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
         _checks.dim(op, "cu_seqlens_q", cu_seqlens_q, 0, batch_size + 1,
                     "batch_size + 1, block_tables.shape[0] + 1")
+    _key_positions(op, kv_offsets, full_seq_lens, q, batch_size)
     if max_q_len is None:
         max_q_len = max(1, longest(cu_seqlens_q)) if cu_seqlens_q is not None else 1
     else:
@@ -213,7 +230,7 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
     ws = _workspace(op, workspace, q, [
         ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
         ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse),
-        ("sinks", sinks)])
+        ("sinks", sinks), ("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)])
 
     params = _splitkv.PagedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -231,6 +248,8 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
     params.block_tables_stride = block_tables.stride(0) if batch_size > 1 else max_pages_per_seq
     params.seq_lens = seq_lens.data_ptr()
     params.cu_seqlens_q = cu_seqlens_q.data_ptr() if cu_seqlens_q is not None else 0
+    if kv_offsets is not None:
+        params.kv_offsets, params.full_seq_lens = kv_offsets.data_ptr(), full_seq_lens.data_ptr()
     params.batch_size = batch_size
     params.max_pages_per_seq = max_pages_per_seq
     params.max_q_len = max_q_len
@@ -452,16 +471,19 @@ def _scale_addresses(k_scale, v_scale):
 
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-               max_q_len, batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
+               max_q_len, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
+               kv_offsets=None, full_seq_lens=None):
     """Runs paged attention; returns (out, lse). The per-call path when the layout is
     known, else (and to refuse) the full path, which then remembers the layout."""
     # Every argument the full path's checks read, except tensor addresses and index values.
-    # Sinks and per-head scales enter by their layout (tensor_signature), their addresses
-    # per call.
+    # Sinks, per-head scales, kv_offsets and full_seq_lens enter by their layout
+    # (tensor_signature), their addresses per call.
     try:
         options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
                    return_lse, max_q_len, batch_invariant, _tensor_or_value(k_scale),
-                   _tensor_or_value(v_scale), None if sinks is None else tensor_signature(sinks))
+                   _tensor_or_value(v_scale), None if sinks is None else tensor_signature(sinks),
+                   None if kv_offsets is None else tensor_signature(kv_offsets),
+                   None if full_seq_lens is None else tensor_signature(full_seq_lens))
         view = _workspace_view(workspace)
         key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
         layout = _layouts.get(key)
@@ -475,7 +497,9 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
             v_address = k_address + layout.v_offset
         addresses = (q.data_ptr(), k_address, v_address, 0 if sinks is None else sinks.data_ptr(),
                      block_tables.data_ptr(), seq_lens.data_ptr(),
-                     0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr())
+                     0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                     0 if kv_offsets is None else kv_offsets.data_ptr(),
+                     0 if full_seq_lens is None else full_seq_lens.data_ptr())
         out_address = None if out is None else out.data_ptr()
         buffer = view[0]
         if not _overlaps(addresses, layout.extents, out_address, layout.extents[-1],
@@ -487,15 +511,17 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
         causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        launch=True, batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+        launch=True, batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
+        kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
     if key is not None and layout is None:
         _remember(key, _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q,
-                                     out, max_q_len, sinks))
+                                     out, max_q_len, sinks, kv_offsets, full_seq_lens))
     run(op, _splitkv.LaunchPagedAttention, params, q, workspace)
     return new_out, lse
 
 
-def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out, max_q_len, sinks):
+def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out, max_q_len, sinks,
+                  kv_offsets, full_seq_lens):
     if isinstance(kv_cache, (tuple, list)):
         k, v = kv_cache
         v_offset = None
@@ -503,7 +529,8 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
         k, v = kv_cache[:, 0], kv_cache[:, 1]
         v_offset = v.data_ptr() - k.data_ptr()
     layout = _Layout(params, _splitkv.LaunchPagedFrom, q,
-                     (q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, out), max_q_len,
+                     (q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
+                      full_seq_lens, out), max_q_len,
                      cu_seqlens_q)
     layout.v_offset = v_offset
     return layout

@@ -114,6 +114,8 @@ void BindPagedParams(py::module_& m) {
   PointerField(cls, "block_tables", &P::block_tables);
   PointerField(cls, "seq_lens", &P::seq_lens);
   PointerField(cls, "cu_seqlens_q", &P::cu_seqlens_q);
+  PointerField(cls, "kv_offsets", &P::kv_offsets);
+  PointerField(cls, "full_seq_lens", &P::full_seq_lens);
   PointerField(cls, "out", &P::out);
   PointerField(cls, "lse", &P::lse);
   PointerField(cls, "stream", &P::stream);
@@ -202,11 +204,13 @@ T* Address(std::uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-// The per-call addresses of a validated layout. sinks, k_scales and v_scales are 0 when the
-// layout has none (the layout cache keys on whether each is a tensor, and on its shape).
+// The per-call addresses of a validated layout. sinks, kv_offsets, full_seq_lens, k_scales
+// and v_scales are 0 when the layout has none (the layout cache keys on whether each is a
+// tensor, and on its shape).
 void LaunchPagedFrom(const PagedAttentionParams& plan, std::uintptr_t q, std::uintptr_t k_cache,
                      std::uintptr_t v_cache, std::uintptr_t sinks, std::uintptr_t block_tables,
-                     std::uintptr_t seq_lens, std::uintptr_t cu_seqlens_q, std::uintptr_t out,
+                     std::uintptr_t seq_lens, std::uintptr_t cu_seqlens_q, std::uintptr_t kv_offsets,
+                     std::uintptr_t full_seq_lens, std::uintptr_t out,
                      std::uintptr_t lse, const WorkspaceBuffer& workspace, std::uintptr_t stream,
                      int64_t max_q_len, std::uintptr_t k_scales, std::uintptr_t v_scales) {
   PagedAttentionParams p = plan;
@@ -219,6 +223,8 @@ void LaunchPagedFrom(const PagedAttentionParams& plan, std::uintptr_t q, std::ui
   p.block_tables = Address<const int32_t>(block_tables);
   p.seq_lens = Address<const int32_t>(seq_lens);
   p.cu_seqlens_q = Address<const int32_t>(cu_seqlens_q);
+  p.kv_offsets = Address<const int32_t>(kv_offsets);
+  p.full_seq_lens = Address<const int32_t>(full_seq_lens);
   p.out = Address<void>(out);
   p.lse = Address<float>(lse);
   p.workspace = workspace;

@@ -57,14 +57,15 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
                     max_q_len=None, batch_invariant=False,
-                    sinks=None, k_scale=None, v_scale=None):
+                    sinks=None, k_scale=None, v_scale=None, kv_offsets=None, full_seq_lens=None):
     """Attention of new query tokens over a paged KV cache (decode, speculative decode,
     chunked prefill), split-KV merged inside one launch.
 
     Request ``b`` owns the KV tokens ``0 .. seq_lens[b] - 1``, token ``j`` stored in page
     ``block_tables[b, j // page_size]`` at slot ``j % page_size``. Its queries are the last
     ``q_len`` tokens of the sequence: query ``i`` sits at position
-    ``seq_lens[b] - q_len + i``.
+    ``seq_lens[b] - q_len + i`` (unless ``kv_offsets`` and ``full_seq_lens`` place the
+    keys inside a longer request).
 
     Parameters
     ----------
@@ -100,7 +101,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``.
     causal : bool, default True
         Query ``i`` of a request with ``q_len`` queries and ``kv_len`` keys sees keys
-        ``j <= kv_len - q_len + i`` (aligned to the end of the KV).
+        ``j <= kv_len - q_len + i`` (aligned to the end of the KV; with ``kv_offsets``,
+        positions in the full request).
     window_left : int, default -1
         Sliding window: a query at position ``p`` also needs ``j >= p - window_left``
         (at most ``window_left + 1`` keys with ``causal``). -1: no window.
@@ -155,6 +157,22 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         fp8 call runs the mma.sync kernel, which converts as it loads. Correct everywhere;
         not yet faster than a 16-bit cache (docs/perf_log.md).
         Default None: K/V are q's dtype, and giving a scale then is an error.
+    kv_offsets, full_seq_lens : torch.Tensor, optional
+        Keyword-only, both or neither: ``[batch_size]`` int32, contiguous, on q's device.
+        The call's keys are one shard of longer requests (context parallelism,
+        :mod:`splitkv.distributed`): request ``b``'s ``seq_lens[b]`` keys are positions
+        ``kv_offsets[b] .. kv_offsets[b] + seq_lens[b] - 1`` of a request of
+        ``full_seq_lens[b]`` keys, and its ``q_len`` queries sit at positions
+        ``full_seq_lens[b] - q_len + i``. ``causal`` and ``window_left`` compare those
+        positions: local key ``t`` (position ``kv_offsets[b] + t``) is visible to query
+        ``i`` when ``t <= s + i`` (causal) and ``t >= s + i - window_left`` (window), with
+        ``s = full_seq_lens[b] - kv_offsets[b] - q_len``. A query past the shard's last key
+        sees all of it the window leaves; a row that sees none of the shard gets out 0 and
+        LSE ``-inf`` (``sinks[h]``), so the shards' results merge by their LSE
+        (:func:`splitkv.merge_states`). Requires ``0 <= kv_offsets[b]`` and
+        ``kv_offsets[b] + seq_lens[b] <= full_seq_lens[b]`` (checked on the CPU; on CUDA
+        the values are not read on the host). Default None: ``kv_offsets`` 0 and
+        ``full_seq_lens`` ``seq_lens`` (the queries end the call's keys).
 
     Returns
     -------
@@ -178,9 +196,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
         batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
         ``[num_kv_heads]``), a non-dense last dimension, or an unknown kv_layout; an fp8
-        cache without ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and from the
+        cache without ``k_scale``/``v_scale``, a scale without one, a non-finite scale;
+        ``kv_offsets`` without ``full_seq_lens`` or the reverse; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
-        of range, cu_seqlens_q not a prefix sum from 0, a workspace too small (for the
+        of range, a shard outside its request (``kv_offsets[b] < 0`` or
+        ``kv_offsets[b] + seq_lens[b] > full_seq_lens[b]``, CPU), cu_seqlens_q not a prefix sum from 0, a workspace too small (for the
         counter region or a forced num_splits), misaligned, its counter region corrupted,
         or in use by another thread; out overlapping an input or itself; a head_dim the
         backend does not support, float32 on CUDA, or a CUDA tensor in a CPU-only build.
@@ -206,11 +226,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
             out=out, max_q_len=max_q_len, batch_invariant=batch_invariant, sinks=sinks,
-            k_scale=k_scale, v_scale=v_scale)
+            k_scale=k_scale, v_scale=v_scale, kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
     out, lse = _calls.paged_call(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        batch_invariant, sinks, k_scale, v_scale)
+        batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
     return (out, lse) if return_lse else out
 
 
@@ -218,7 +238,8 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
                          kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                          logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
                          max_q_len=None, batch_invariant=False,
-                         sinks=None, k_scale=None, v_scale=None):
+                         sinks=None, k_scale=None, v_scale=None, kv_offsets=None,
+                         full_seq_lens=None):
     """The plan :func:`paged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`paged_attention`'s arguments. Checks the tensors, shapes and
@@ -244,7 +265,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
         launch=False, batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale,
-        v_scale=v_scale)
+        v_scale=v_scale, kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
     return Plan._from_ext(_calls.run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
 
 

@@ -7,7 +7,8 @@ that the compiler treats as opaque calls with a known effect:
 
 ``torch.ops.splitkv.paged_attention(q, k_cache, v_cache, block_tables, seq_lens, workspace,
 out, lse, cu_seqlens_q, kv_layout, sm_scale, causal, window_left, logits_soft_cap,
-num_splits, max_q_len, batch_invariant, sinks, k_scale, k_scales, v_scale, v_scales) -> ()``
+num_splits, max_q_len, batch_invariant, sinks, k_scale, k_scales, v_scale, v_scales,
+kv_offsets, full_seq_lens) -> ()``
 
 ``torch.ops.splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, out,
 lse, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len,
@@ -87,13 +88,15 @@ def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Te
               max_q_len: Optional[int], batch_invariant: bool = False,
               sinks: Optional[torch.Tensor] = None,
               k_scale: Optional[float] = None, k_scales: Optional[torch.Tensor] = None,
-              v_scale: Optional[float] = None, v_scales: Optional[torch.Tensor] = None) -> None:
+              v_scale: Optional[float] = None, v_scales: Optional[torch.Tensor] = None,
+              kv_offsets: Optional[torch.Tensor] = None,
+              full_seq_lens: Optional[torch.Tensor] = None) -> None:
     kv_cache = k_cache if v_cache is None else (k_cache, v_cache)
     params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, False, out, max_q_len,
         launch=True, batch_invariant=batch_invariant, sinks=sinks, k_scale=_either(k_scale, k_scales),
-        v_scale=_either(v_scale, v_scales))
+        v_scale=_either(v_scale, v_scales), kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
     _launch(_PAGED, _splitkv.LaunchPagedAttention, params, q, lse, workspace)
 
 
@@ -165,7 +168,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
                     max_q_len=None, batch_invariant=False, sinks=None, k_scale=None,
-                    v_scale=None):
+                    v_scale=None, kv_offsets=None, full_seq_lens=None):
     """:func:`splitkv.paged_attention` through the custom op ``splitkv::paged_attention``.
 
     Same parameters, results and errors as :func:`splitkv.paged_attention`; usable inside
@@ -201,7 +204,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         q, k_cache, v_cache, block_tables, seq_lens, buffer, out, lse, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, max_q_len,
         _checks.flag(op, "batch_invariant", batch_invariant), _optional_tensor(op, "sinks", sinks),
-        *_scale_args(op, "k_scale", k_scale), *_scale_args(op, "v_scale", v_scale))
+        *_scale_args(op, "k_scale", k_scale), *_scale_args(op, "v_scale", v_scale),
+        _optional_tensor(op, "kv_offsets", kv_offsets),
+        _optional_tensor(op, "full_seq_lens", full_seq_lens))
     return (out, lse) if return_lse else out
 
 

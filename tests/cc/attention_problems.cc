@@ -93,6 +93,9 @@ ReferenceResult ProblemBase::Reference() const {
   options.window_left = spec.options.window_left;
   options.logits_soft_cap = spec.options.logits_soft_cap;
   options.sm_scale = spec.options.sm_scale;
+  for (size_t b = 0; b < spec.full_seq_lens.size(); ++b) {
+    options.q_ends.push_back(int64_t{spec.full_seq_lens[b]} - spec.kv_offsets[b]);
+  }
   return ReferenceAttention(q_ref, k_ref, v_ref, cu_q, cu_kv, spec.num_qo_heads, spec.num_kv_heads, spec.head_dim,
                             options);
 }
@@ -184,6 +187,10 @@ splitkv::PagedAttentionParams PagedProblem::Params(void* workspace, int64_t work
   params.block_tables_stride = block_tables_stride;
   params.seq_lens = seq_lens.data();
   params.cu_seqlens_q = spec.q_lens.empty() ? nullptr : cu_q.data();
+  if (!spec.kv_offsets.empty()) {
+    params.kv_offsets = spec.kv_offsets.data();
+    params.full_seq_lens = spec.full_seq_lens.data();
+  }
   params.out = out.data();
   params.out_stride_token = out_stride_token;
   params.out_stride_head = d;

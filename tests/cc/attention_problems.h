@@ -31,6 +31,8 @@ struct ProblemSpec {
   bool nhd = false;  // kv_cache [num_pages, 2, page_size, num_kv_heads, head_dim] instead of HND
   // Separate k and v caches [num_pages, ...], k in the layout `nhd` picks and v in the other.
   bool separate_kv = false;
+  // Both empty, or [batch_size] each: the keys as shards of longer requests (params.h).
+  std::vector<int32_t> kv_offsets, full_seq_lens;
   // sm_scale is set to 1/sqrt(head_dim) when left at 0.
   splitkv::AttentionOptions options = {.causal = true, .window_left = -1, .logits_soft_cap = 0.0f, .sm_scale = 0.0f,
                                        .num_splits = 0};

@@ -201,6 +201,34 @@ TEST(PagedBadArgumentsAreRefused) {
         {"block_tables[1][6]", "page id", "got " + std::to_string(base.num_pages)}},
       B{"page id negative", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.block_tables[0] = -1; },
         {"block_tables[0][0]", "got -1"}},
+      // Keys as shards of longer requests: both pointers or neither, and each shard inside.
+      B{"kv_offsets alone", Kind::kInvalidArgument,
+        [](auto&, auto& p) {
+          static const int32_t offsets[2] = {0, 0};
+          p.kv_offsets = offsets;
+        },
+        {"kv_offsets/full_seq_lens given without the other", "both or neither", "got kv_offsets only"}},
+      B{"full_seq_lens alone", Kind::kInvalidArgument,
+        [](auto&, auto& p) {
+          static const int32_t full[2] = {40, 97};
+          p.full_seq_lens = full;
+        },
+        {"kv_offsets/full_seq_lens given without the other", "got full_seq_lens only"}},
+      B{"kv_offsets negative", Kind::kInvalidArgument,
+        [](auto&, auto& p) {
+          static const int32_t offsets[2] = {-1, 0}, full[2] = {40, 97};
+          p.kv_offsets = offsets;
+          p.full_seq_lens = full;
+        },
+        {"kv_offsets[0] out of range", "got kv_offsets -1, seq_lens 40, full_seq_lens 40"}},
+      B{"shard past full_seq_lens", Kind::kInvalidArgument,
+        [](auto&, auto& p) {
+          static const int32_t offsets[2] = {0, 10}, full[2] = {40, 100};
+          p.kv_offsets = offsets;
+          p.full_seq_lens = full;
+        },
+        {"kv_offsets[1] out of range", "kv_offsets[b] + seq_lens[b] <= full_seq_lens[b]",
+         "got kv_offsets 10, seq_lens 97, full_seq_lens 100"}},
   };
   calls.insert(calls.end(), paged.begin(), paged.end());
   CheckRefused<PagedProblem, PagedAttentionParams>(base, "paged_attention", calls, &splitkv::LaunchPagedAttention);

@@ -155,6 +155,21 @@ TEST(PagedWindowAndSoftCap) {
   CheckPagedAllModes(spec, "paged window+soft cap");
 }
 
+TEST(PagedShardsOfLongerRequestsWithWindows) {
+  // kv_offsets / full_seq_lens: rows before the shard (request 1's first 10), inside it and
+  // past it; a shard wholly before its query's window (request 2); an empty shard.
+  ProblemSpec spec = Spec(4, 2, 64, {64, 20, 50, 0}, {16, 40, 1, 3});
+  spec.kv_offsets = {0, 100, 10, 5};
+  spec.full_seq_lens = {64, 130, 400, 5};
+  for (int32_t window : {-1, 25}) {
+    spec.options.window_left = window;
+    CheckPagedAllModes(spec, "paged shards, window " + std::to_string(window));
+  }
+  spec.q_lens = {};  // decode
+  spec.options.window_left = 100;
+  CheckPagedAllModes(spec, "paged decode shards");
+}
+
 TEST(PagedNonCausalAndNonCausalWindow) {
   ProblemSpec spec = Spec(4, 2, 40, {70, 5, 300}, {6, 2, 9});  // head_dim 40: not a multiple of 8
   spec.options.causal = false;

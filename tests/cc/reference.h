@@ -17,6 +17,9 @@ struct ReferenceOptions {
   int64_t window_left = -1;
   double logits_soft_cap = 0.0;
   double sm_scale = 1.0;
+  // Per request, the position one past its last query in its keys' coordinates (keys as one
+  // shard of a longer request: full_seq_lens - kv_offsets); empty: kv_len.
+  std::vector<int64_t> q_ends;
 };
 
 // q [total_q, num_qo_heads, head_dim]; k, v [total_kv, num_kv_heads, head_dim], request b owning
@@ -43,7 +46,8 @@ inline ReferenceResult ReferenceAttention(const std::vector<double>& q, const st
     const int64_t kv_len = cu_kv[b + 1] - cu_kv[b];
     for (int64_t i = 0; i < q_len; ++i) {
       const int64_t token = cu_q[b] + i;
-      const int64_t pos = kv_len - q_len + i;  // the query's position in its sequence
+      // The query's position in its sequence (in its keys' coordinates).
+      const int64_t pos = (options.q_ends.empty() ? kv_len : options.q_ends[b]) - q_len + i;
       keys.clear();
       for (int64_t j = 0; j < kv_len; ++j) {
         if (options.causal && j > pos) continue;

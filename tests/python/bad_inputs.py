@@ -412,11 +412,44 @@ ROWS = [
         _M + "outs.shape[0] out of range: expected >= 1 (one partial per key set), got 0",
         lambda p, ws, d: splitkv.merge_states(torch.zeros(0, 5, 4, 8, device=d),
                                               torch.zeros(0, 5, 4, device=d)), op="merge"),
+    # ---- paged: kv_offsets / full_seq_lens (keys as a shard of longer requests) ----
+    Row("kv_offsets_alone", "paged", "kv_offsets without full_seq_lens", ValueError,
+        _P + "kv_offsets/full_seq_lens given without the other: expected both or neither, got "
+        "kv_offsets only",
+        lambda p, ws, d: _paged_call(p, ws, kv_offsets=torch.zeros_like(p.seq_lens))),
+    Row("full_seq_lens_alone", "paged", "full_seq_lens without kv_offsets", ValueError,
+        _P + "kv_offsets/full_seq_lens given without the other: expected both or neither, got "
+        "full_seq_lens only",
+        lambda p, ws, d: _paged_call(p, ws, full_seq_lens=p.seq_lens.clone())),
+    Row("kv_offsets_int64", "paged", "kv_offsets int64", TypeError,
+        _P + "kv_offsets dtype unsupported: expected torch.int32, got torch.int64; pass "
+        "kv_offsets.to(torch.int32)",
+        lambda p, ws, d: _paged_call(p, ws, kv_offsets=torch.zeros_like(p.seq_lens).long(),
+                                     full_seq_lens=p.seq_lens.clone())),
+    Row("full_seq_lens_batch", "paged", "full_seq_lens of another length than batch_size",
+        ValueError,
+        _P + "full_seq_lens.shape[0] mismatch: expected 3 (batch_size, block_tables.shape[0]), "
+        "got 2",
+        lambda p, ws, d: _paged_call(p, ws, kv_offsets=torch.zeros_like(p.seq_lens),
+                                     full_seq_lens=p.seq_lens[:2].clone())),
+    Row("kv_offsets_device", "paged", "kv_offsets on another device", ValueError,
+        _P + "kv_offsets device mismatch: expected {device} (q's device), got {other}; move "
+        "kv_offsets to {device}",
+        lambda p, ws, d: _paged_call(p, ws, kv_offsets=torch.zeros(3, dtype=torch.int32,
+                                                                   device=_other_device(d)),
+                                     full_seq_lens=p.seq_lens.clone())),
+    Row("kv_offsets_negative", "paged", "a kv_offsets entry < 0", ValueError,
+        _P + "kv_offsets[2] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "
+        "seq_lens[b] <= full_seq_lens[b], got kv_offsets -1, seq_lens 5, full_seq_lens 5",
+        lambda p, ws, d: _paged_call(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens), 2, -1),
+                                     full_seq_lens=p.seq_lens.clone()), "cpu"),
+    Row("shard_past_full_seq_lens", "paged", "kv_offsets[b] + seq_lens[b] > full_seq_lens[b]",
+        ValueError,
+        _P + "kv_offsets[0] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "
+        "seq_lens[b] <= full_seq_lens[b], got kv_offsets 10, seq_lens 37, full_seq_lens 40",
+        lambda p, ws, d: _paged_call(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens), 0, 10),
+                                     full_seq_lens=_edited(p.seq_lens, 0, 40)), "cpu"),
     # ---- splitkv.distributed.paged_attention (its other arguments: as paged_attention) ----
-    Row("cp_window", "paged", "a sliding window", ValueError,
-        _D + "window_left unsupported: expected -1 (no window), got 8; sliding windows across "
-        "shards need per-request positions in the core (README: Context parallelism)",
-        lambda p, ws, d: _distributed(p, ws, window_left=8), op="distributed"),
     Row("cp_kv_offsets_int64", "paged", "kv_offsets int64", TypeError,
         _D + "kv_offsets dtype unsupported: expected torch.int32, got torch.int64; pass "
         "kv_offsets.to(torch.int32)",
@@ -430,7 +463,7 @@ ROWS = [
         op="distributed"),
     Row("cp_shard_past_request", "paged", "a shard past its request's full_seq_lens",
         ValueError,
-        _D + "kv_offsets[1] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "
+        _P + "kv_offsets[1] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "
         "seq_lens[b] <= full_seq_lens[b], got kv_offsets 5, seq_lens 16, full_seq_lens 16",
         lambda p, ws, d: _distributed(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens),
                                                                 1, 5)),

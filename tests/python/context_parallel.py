@@ -37,6 +37,8 @@ class Case:
     causal: bool = True
     num_splits: int = None
     seed: int = 0
+    window_left: int = -1
+    sinks: bool = False  # random per-head sinks (from the seed), the same on every rank
 
 
 def even_bounds(full_lens, world, page_size=None):
@@ -60,6 +62,7 @@ class Problem:
     cu_seqlens_q: torch.Tensor  # or None
     keys: list                  # per request [full_len, num_kv_heads, head_dim]
     values: list
+    sinks: torch.Tensor = None  # float32 [num_qo_heads] on q's device, or None
 
     def paged(self, case, begin, end, device, seed):
         """(kv_cache, block_tables, seq_lens, kv_offsets, full_seq_lens) holding keys
@@ -95,7 +98,8 @@ class Problem:
         for b, n in enumerate(case.full_lens):
             q_len = 1 if case.q_lens is None else case.q_lens[b]
             out, lse = splitkv_reference.attention(q[row:row + q_len], self.keys[b], self.values[b],
-                                                   causal=case.causal)
+                                                   causal=case.causal, window_left=case.window_left,
+                                                   sinks=self.sinks)
             outs.append(out)
             lses.append(lse)
             row += q_len
@@ -114,7 +118,10 @@ def make_problem(case, device):
     cu = None
     if case.q_lens is not None:
         cu = torch.tensor([0] + q_lens, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(device)
-    return Problem(q, cu, keys, values)
+    sinks = None
+    if case.sinks:
+        sinks = (2 * torch.randn(num_qo_heads, generator=generator)).to(device)
+    return Problem(q, cu, keys, values, sinks)
 
 
 def run_sharded(case, problem, rank, workspace, device, group=None):
@@ -125,8 +132,8 @@ def run_sharded(case, problem, rank, workspace, device, group=None):
     kv, tables, lens, offsets, full = problem.paged(case, begin, end, device, seed=case.seed + rank)
     return splitkv.distributed.paged_attention(
         problem.q, kv, tables, lens, offsets, full, workspace, group=group,
-        cu_seqlens_q=problem.cu_seqlens_q,
-        causal=case.causal, num_splits=case.num_splits, return_lse=True)
+        cu_seqlens_q=problem.cu_seqlens_q, causal=case.causal, window_left=case.window_left,
+        sinks=problem.sinks, num_splits=case.num_splits, return_lse=True)
 
 
 def run_single(case, problem, workspace, device):
@@ -135,6 +142,7 @@ def run_single(case, problem, workspace, device):
     kv, tables, lens, _, _ = problem.paged(case, [0] * n, case.full_lens, device, seed=case.seed)
     return splitkv.paged_attention(problem.q, kv, tables, lens, workspace,
                                    cu_seqlens_q=problem.cu_seqlens_q, causal=case.causal,
+                                   window_left=case.window_left, sinks=problem.sinks,
                                    num_splits=case.num_splits, return_lse=True)
 
 

@@ -9,7 +9,9 @@ bitwise the single-process call when one rank holds every key (same forced num_s
 the group has one rank; the rank's counter region zero after the calls. The 3-rank run
 also calls with group= a 2-rank subgroup (ranks 0 and 2). Cases cover decode
 and causal chunked prefill with shards cut at and between page boundaries, a rank holding
-no key of a request (or of any), rows that see no key on a rank, and forced splits.
+no key of a request (or of any), rows that see no key on a rank, forced splits, sliding
+windows over absolute positions (shards wholly before a query's window, cut by it, past
+it) and sinks (entered once, through rank 0's partial).
 """
 
 import multiprocessing
@@ -50,6 +52,25 @@ def _cases(world):
     # uneven shards with empty ones in the middle, and rows that see no key on early ranks
     bounds = [[0] + [min(n, 16 * (r + 1) * r) for r in range(1, world)] + [n] for n in (9, 150)]
     cases.append(cp.Case([9, 150], bounds, q_lens=[9, 150], num_splits=2, seed=7))
+    # Sliding windows over absolute positions: decode with windows that leave early shards
+    # nothing (request 2: 300 keys, window 40), cut one, or reach over several.
+    cases.append(cp.Case(lens, even(lens), window_left=40, seed=8))
+    cases.append(cp.Case(lens, even(lens, None), window_left=150, dtype=torch.bfloat16,
+                         num_splits=2, seed=9))
+    # Causal chunked prefill with a window: rows inside, before and past each shard.
+    prefill = [64, 100, 233]
+    cases.append(cp.Case(prefill, even(prefill, None), q_lens=[64, 37, 120], window_left=30,
+                         seed=10))
+    cases.append(cp.Case(prefill, even(prefill), q_lens=[64, 100, 2], window_left=70,
+                         dtype=torch.bfloat16, seed=11))
+    # Sinks (enter once: through rank 0's partial), with and without a window; a row that
+    # sees no key on rank 0 still gets the sink there.
+    cases.append(cp.Case(lens, even(lens, None), window_left=40, sinks=True, seed=12))
+    cases.append(cp.Case(prefill, even(prefill), q_lens=[64, 37, 120], sinks=True,
+                         dtype=torch.bfloat16, seed=13))
+    # every key on the last rank, with sinks and a window: rank 0's partial is sink only
+    cases.append(cp.Case(lens, [[0] * world + [n] for n in lens], q_lens=[1, 3, 2, 40],
+                         window_left=10, sinks=True, seed=14))
     return cases
 
 
@@ -100,7 +121,9 @@ def _check_case(name, case, rank, world, workspace, device, group=None):
     torch.testing.assert_close(lse, single_lse, atol=_LSE_TOLERANCE[0], rtol=_LSE_TOLERANCE[1],
                                msg=name)
     one_rank_holds_all = all(bounds[-2] == 0 for bounds in case.bounds)
-    if world == 1 or (one_rank_holds_all and case.num_splits is not None):
+    # Bitwise the single call: a group of one, or every key on one rank without sinks (the
+    # sink then rides on rank 0's partial and the merge weighs two partials).
+    if world == 1 or (one_rank_holds_all and case.num_splits is not None and not case.sinks):
         assert torch.equal(out, single_out) and torch.equal(lse, single_lse), name
     again_out, again_lse = cp.run_sharded(case, problem, rank, workspace, device, group)
     assert torch.equal(out, again_out) and torch.equal(lse, again_lse), name
@@ -133,17 +156,6 @@ def test_one_rank_group_is_the_local_call_bitwise(tmp_path):
             _check_case(f"case {i}", case, 0, 1, workspace, torch.device("cpu"))
     finally:
         dist.destroy_process_group()
-
-
-def test_refuses_a_sliding_window_before_any_collective():
-    # No process group exists here: the refusal comes before the all_gather would fail.
-    case = cp.Case([40], [[0, 40]])
-    problem = cp.make_problem(case, "cpu")
-    kv, tables, lens, offsets, full = problem.paged(case, [0], [40], "cpu", seed=0)
-    with pytest.raises(ValueError, match=r"^splitkv.distributed.paged_attention: window_left "
-                       r"unsupported: expected -1 \(no window\), got 8; "):
-        splitkv.distributed.paged_attention(problem.q, kv, tables, lens, offsets, full,
-                                            splitkv.Workspace(16 << 20, "cpu"), window_left=8)
 
 
 @pytest.mark.gpu

@@ -7,7 +7,8 @@ ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial las
 V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (the sm_90 bulk decode kernel at d128/d256, mma.sync: d64, prefill tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
-batch-invariant calls (sm_90: every one on the decode kernel, ragged K/V by row copies). Prints one line per case; exits nonzero if a result is off or a counter stays
+batch-invariant calls (sm_90: every one on the decode kernel, ragged K/V by row copies), and
+paged calls over shards of longer requests (kv_offsets, full_seq_lens) with windows. Prints one line per case; exits nonzero if a result is off or a counter stays
 set (the sanitizer's own exit code reports its findings).
 
     compute-sanitizer --tool racecheck python3 tools/gpu/sanitizer_cases.py
@@ -55,6 +56,35 @@ class _Fp8Ragged:
 
 def _fp8_ragged(problem, scale):
     return _Fp8Ragged(problem, scale)
+
+
+class _Shard:
+    """A paged problem whose keys are one shard of longer requests (kv_offsets,
+    full_seq_lens); the reference places each row at its local position."""
+
+    def __init__(self, problem, kv_offsets, full_lens):
+        self.inner, self.offsets, self.full_lens = problem, kv_offsets, full_lens
+        as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device=problem.q.device)
+        self.shift = dict(kv_offsets=as_int(kv_offsets), full_seq_lens=as_int(full_lens))
+
+    def run(self, workspace, **options):
+        return self.inner.run(workspace, **options, **self.shift)
+
+    def plan(self, workspace, **options):
+        return self.inner.plan(workspace, **options, **self.shift)
+
+    def reference(self, **options):
+        p = self.inner
+        options = {k: v for k, v in options.items() if k in ("causal", "window_left", "sinks")}
+        q, outs, lses, row = p.q.cpu(), [], [], 0
+        for b, (q_len, k, v) in enumerate(zip(p.q_lens, p.keys, p.values)):
+            start = self.full_lens[b] - self.offsets[b] - q_len
+            out, lse = splitkv_reference.attention(q[row:row + q_len], k, v,
+                                                   positions=torch.arange(start, start + q_len), **options)
+            outs.append(out)
+            lses.append(lse)
+            row += q_len
+        return torch.cat(outs), torch.cat(lses)
 
 
 def main():
@@ -118,6 +148,16 @@ def main():
          _fp8_ragged(harness.make_ragged([70, 20], [50, 130], group=2, head_dim=64,
                                          dtype=torch.float16, device="cuda"), 0.5),
          dict(num_splits=1, k_scale=0.5, v_scale=0.5)),
+        ("paged decode over shards (kv_offsets), a window (sm_90: the bulk decode kernel), d128, 3 splits",
+         _Shard(harness.make_paged([700, 45, 300, 0], page_size=16, group=4, head_dim=128,
+                                   dtype=torch.bfloat16, device="cuda"),
+                [0, 900, 100, 7], [1000, 945, 450, 7]),
+         dict(num_splits=3, window_left=400)),
+        ("paged chunked prefill over shards (kv_offsets), a window, sinks (mma.sync), d64, 2 splits",
+         _Shard(harness.make_paged([70, 200, 20], page_size=8, group=2, head_dim=64,
+                                   dtype=torch.float16, device="cuda", q_lens=[70, 150, 40]),
+                [0, 30, 100], [70, 300, 130]),
+         dict(num_splits=2, max_q_len=150, window_left=60, sinks=torch.linspace(-2, 2, 4, device="cuda"))),
         ("ragged non-causal, 1 split, strided",
          harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
                              device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),

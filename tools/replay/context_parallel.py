@@ -7,7 +7,9 @@ yet holds no key of that request (lse -inf). Every rank replays the same schedul
 tokens (same seed), writes only its own pages into its own pool (the others stay NaN), and
 makes every attention call through splitkv.distributed.paged_attention: the ragged prefill
 becomes a paged chunked prefill over the prompt's pages (cu_seqlens_q), the decode a paged
-decode; both merged over the group.
+decode; both merged over the group. Windows, sinks and fp8 scales pass through as the
+layer's options (the core takes the shard's absolute positions; rank 0's launch alone
+adds the sink).
 """
 
 import torch
@@ -16,22 +18,6 @@ import torch.distributed as dist
 import splitkv
 from tools.replay.paged_cache import PagedKvCache
 from tools.replay.scheduler import pages_for
-
-
-def context_parallel_refusal(world, fp8, shape):
-    """The refusal of --context_parallel=world with an fp8 pool or a preset with sinks or a
-    window (splitkv.distributed.paged_attention takes neither), or None when they go together."""
-    if world == 1:
-        return None
-    if fp8:
-        return (f"replay: --kv_dtype=fp8_e4m3 conflicts with --context_parallel={world}: expected one of "
-                "them (splitkv.distributed.paged_attention takes no k_scale/v_scale yet)")
-    if shape.sinks or shape.sliding_window:
-        return (f"replay: --context_parallel={world} conflicts with the --model preset's sinks or window: "
-                "expected a preset without sinks or a sliding window, got sinks "
-                f"{shape.sinks}, sliding_window {shape.sliding_window} "
-                "(splitkv.distributed.paged_attention takes no sinks and refuses a window)")
-    return None
 
 
 class ShardedCalls:
@@ -89,15 +75,16 @@ class ShardedCalls:
         return table.to(device), as_int(lens), as_int(offsets), as_int(full_lens)
 
     def call(self, q, seqs, full_lens, **options):
-        """(op, plan_op, args, kwargs) of this rank's distributed call: plan_op plans the local
-        (first) launch, for the split statistics."""
+        """(op, plan_op, args, kwargs) of this rank's distributed call: plan_op plans its local
+        launch, for the split statistics."""
         tables, lens, offsets, full = self.shard(seqs, full_lens)
         kv = self.local.kv_cache
         options.update(kv_layout=self.local.kv_layout, causal=True)
         args = (q, kv, tables, lens, offsets, full)
 
         def plan(q, kv, tables, lens, offsets, full, workspace, **kwargs):
-            return splitkv.plan_paged_attention(q, kv, tables, lens, workspace, **kwargs)
+            return splitkv.plan_paged_attention(q, kv, tables, lens, workspace, kv_offsets=offsets,
+                                                full_seq_lens=full, **kwargs)
 
         return splitkv.distributed.paged_attention, plan, args, options
 

@@ -1,5 +1,6 @@
 """--context_parallel: the short replay of replay_test on 2 and 3 gloo ranks spawned by the
-test (a FileStore in the test's temporary directory), every check passing on every rank;
+test (a FileStore in the test's temporary directory), every check passing on every rank
+(also with gpt-oss-20b's windowed and full layers with sinks, and with an fp8 pool);
 an injected output fault caught on every rank; and the binary under torchrun (127.0.0.1)."""
 
 import multiprocessing
@@ -21,40 +22,53 @@ from tools.replay.trace import TraceRequest
 # As replay_test: page-boundary lengths, overlapping decodes, a long prompt, an idle gap.
 _SPECS = [(0.0, 1, 5), (0.0, 16, 3), (0.01, 17, 40), (0.05, 1100, 12), (0.3, 33, 20), (9.0, 97, 6)]
 _REQUESTS = [TraceRequest(i, *spec) for i, spec in enumerate(_SPECS)]
+# gpt-oss-20b's 64 qo heads make the float64 checks 16x dearer: as replay_test, a 300-token
+# prompt in place of the 1100 one (still past the 128-token window, and cut by the shards).
+_GPT_OSS_REQUESTS = [TraceRequest(i, a, 300 if p == 1100 else p, g) for i, (a, p, g) in enumerate(_SPECS)]
 
 
-def _rank(rank, world, store_path, fault, dtype, queue):
+def _rank(rank, world, store_path, fault, dtype, queue, model, kv_dtype):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank,
                             world_size=world)
     try:
-        config = ReplayConfig(requests=_REQUESTS, shape=PRESETS["llama3-8b-tp8"],
+        requests = _GPT_OSS_REQUESTS if model == "gpt-oss-20b" else _REQUESTS
+        config = ReplayConfig(requests=requests, shape=PRESETS[model], kv_dtype=kv_dtype,
                               device=torch.device("cpu"), dtype=dtype, num_pages=512,
                               max_batch_size=4, check_every=1, workspace_bytes=32 << 20,
                               progress=False, inject_fault=fault, context_parallel=world, rank=rank)
         result = run_replay(config)
         outcomes = gather_outcomes(result, None)
         if rank == 0:
-            queue.put((result.steps, result.finished, result.prefill_calls, result.decode_calls,
-                       result.check_stats.calls, outcomes))
+            queue.put((result.steps, result.finished, len(result.layers) * result.prefill_calls,
+                       len(result.layers) * result.decode_calls, result.check_stats.calls, outcomes))
     finally:
         dist.destroy_process_group()
 
 
-def _replay(world, tmp_path, fault="none", dtype=torch.bfloat16):
+def _replay(world, tmp_path, fault="none", dtype=torch.bfloat16, model="llama3-8b-tp8",
+            kv_dtype=None):
     # Ranks fork from a server that imported torch once; splitkv's pool: a thread per rank.
     os.environ["SPLITKV_NUM_THREADS"] = "1"
     multiprocessing.set_forkserver_preload(["torch", "torch.distributed"])
     queue = mp.get_context("forkserver").SimpleQueue()
-    mp.start_processes(_rank, args=(world, os.path.join(str(tmp_path), "store"), fault, dtype, queue),
+    mp.start_processes(_rank, args=(world, os.path.join(str(tmp_path), "store"), fault, dtype, queue,
+                                    model, kv_dtype),
                        nprocs=world, join=True, start_method="forkserver")
     return queue.get()
 
 
-@pytest.mark.parametrize("world,dtype", [(2, torch.bfloat16), (3, torch.float32)])
-def test_every_rank_passes_every_check(world, tmp_path, dtype):
-    steps, finished, prefill_calls, decode_calls, calls, outcomes = _replay(world, tmp_path,
-                                                                           dtype=dtype)
+@pytest.mark.parametrize("world,dtype,model,kv_dtype", [
+    (2, torch.bfloat16, "llama3-8b-tp8", None),
+    (3, torch.float32, "llama3-8b-tp8", None),
+    # two layers a step: a 128-token sliding window and full attention, both with sinks
+    (2, torch.bfloat16, "gpt-oss-20b", None),
+    # an fp8 e4m3 pool with per-kv-head scales
+    (2, torch.bfloat16, "llama3-8b-tp8", torch.float8_e4m3fn),
+], ids=["2-bf16", "3-f32", "2-gpt-oss", "2-fp8"])
+def test_every_rank_passes_every_check(world, tmp_path, dtype, model, kv_dtype):
+    steps, finished, prefill_calls, decode_calls, calls, outcomes = _replay(
+        world, tmp_path, dtype=dtype, model=model, kv_dtype=kv_dtype)
     assert finished == 6 and steps > 40
     assert calls == {"prefill": prefill_calls, "decode": decode_calls}
     atol, _ = checks.OUTPUT_TOLERANCES[dtype]

@@ -18,8 +18,7 @@ import torch
 import splitkv
 from tools.replay import presets
 from tools.replay.runner import FAULTS, ReplayConfig, run_replay
-from tools.replay.context_parallel import (context_parallel_refusal, control_group, gather_outcomes,
-                                           outcome)
+from tools.replay.context_parallel import control_group, gather_outcomes, outcome
 from tools.replay.summary import context_parallel_rows, format_summary, summary_rows
 from tools.replay.trace import load_trace
 
@@ -171,9 +170,6 @@ def main(argv):
     shape = presets.get_preset(FLAGS.model)
     if FLAGS.page_size:
         shape = dataclasses.replace(shape, page_size=FLAGS.page_size)
-    refusal = context_parallel_refusal(FLAGS.context_parallel, fp8, shape)
-    if refusal:  # before torchrun's group is joined
-        raise _refuse(refusal)
     trace_path = _user_path(FLAGS.trace)
     try:
         requests = load_trace(trace_path, FLAGS.max_requests)

@@ -177,10 +177,6 @@ def test_binary_new_flags(flag, rows):
 @pytest.mark.parametrize("flags, message", [
     (["--kv_dtype=fp8_e4m3", "--dtype=float32"],
      "replay: --kv_dtype=fp8_e4m3 conflicts with --dtype=float32: expected --dtype bfloat16 or float16"),
-    (["--kv_dtype=fp8_e4m3", "--context_parallel=2"],
-     "replay: --kv_dtype=fp8_e4m3 conflicts with --context_parallel=2: expected one of them"),
-    (["--model=gpt-oss-20b", "--context_parallel=2"],
-     "replay: --context_parallel=2 conflicts with the --model preset's sinks or window"),
 ])
 def test_binary_refuses_combinations(flags, message):
     """Refused before any process group is joined: exit 2, the reason on stderr."""

@@ -11,7 +11,7 @@ import tqdm
 
 import splitkv
 from tools.replay import checks
-from tools.replay.context_parallel import ShardedCalls, any_rank, context_parallel_refusal
+from tools.replay.context_parallel import ShardedCalls, any_rank
 from tools.replay import invariance
 from tools.replay.invariance import InvarianceStats
 from tools.replay.layers import make_layers
@@ -202,9 +202,6 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
         raise ValueError(f"replay: inject_fault invalid: expected one of {FAULTS}, got {config.inject_fault!r}")
     if config.kv_dtype == config.dtype:
         config = dataclasses.replace(config, kv_dtype=None)
-    refusal = context_parallel_refusal(config.context_parallel, config.kv_dtype is not None, config.shape)
-    if refusal:
-        raise ValueError(refusal)
     wall_start = time.perf_counter()
     shape = config.shape
     allocator = PageAllocator(config.num_pages, seed=config.seed)

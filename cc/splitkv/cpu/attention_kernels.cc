@@ -79,10 +79,12 @@ TileInputs<T> MakeInputs(const Params& p, const SplitPlan& plan) {
                        p.options, &plan, static_cast<uint8_t*>(p.workspace.data)};
 }
 
-TileRows MakeRows(int64_t q_begin, int64_t q_len, int64_t kv_len, int64_t q_tile, int64_t q_tile_tokens,
-                  int64_t kv_head, int64_t request, int64_t num_kv_heads, int64_t max_q_tiles) {
+// q_start: the local position of the request's query 0 (TileRows).
+TileRows MakeRows(int64_t q_begin, int64_t q_len, int64_t q_start, int64_t kv_len, int64_t q_tile,
+                  int64_t q_tile_tokens, int64_t kv_head, int64_t request, int64_t num_kv_heads,
+                  int64_t max_q_tiles) {
   const int64_t first = q_tile * q_tile_tokens;
-  return TileRows{q_begin + first, std::min(q_tile_tokens, q_len - first), first, q_len, kv_len, kv_head,
+  return TileRows{q_begin + first, std::min(q_tile_tokens, q_len - first), first, q_start, kv_len, kv_head,
                   TileCounterIndex(request, kv_head, q_tile, num_kv_heads, max_q_tiles)};
 }
 
@@ -114,7 +116,10 @@ void Paged(const PagedAttentionParams& p, const SplitPlan& plan) {
                           static_cast<const KvT*>(p.v_cache) + kv_head * p.v_stride_head,
                           p.block_tables + b * p.block_tables_stride,
                           p.page_size, p.k_stride_page, p.k_stride_slot, p.v_stride_page, p.v_stride_slot};
-    RunTask(in, MakeRows(q_begin, q_len, p.seq_lens[b], rt.q_tile, q_tile_tokens, kv_head, b,
+    const int64_t kv_len = p.seq_lens[b];
+    // Keys placed in a longer request (params.h): the queries sit full - offset past key 0.
+    const int64_t q_end = p.full_seq_lens != nullptr ? int64_t{p.full_seq_lens[b]} - p.kv_offsets[b] : kv_len;
+    RunTask(in, MakeRows(q_begin, q_len, q_end - q_len, kv_len, rt.q_tile, q_tile_tokens, kv_head, b,
                          p.num_kv_heads, plan.max_q_tiles),
             kv, p.kv_storage, split);
   });
@@ -132,8 +137,10 @@ void Ragged(const RaggedAttentionParams& p, const SplitPlan& plan) {
     const RaggedKv<KvT> kv{static_cast<const KvT*>(p.k) + kv_begin * p.k_stride_token + kv_head * p.k_stride_head,
                            static_cast<const KvT*>(p.v) + kv_begin * p.v_stride_token + kv_head * p.v_stride_head,
                            p.k_stride_token, p.v_stride_token};
-    RunTask(in, MakeRows(q_begin, p.cu_seqlens_q[b + 1] - q_begin, p.cu_seqlens_kv[b + 1] - kv_begin,
-                         rt.q_tile, q_tile_tokens, kv_head, b, p.num_kv_heads, plan.max_q_tiles),
+    const int64_t q_len = p.cu_seqlens_q[b + 1] - q_begin;
+    const int64_t kv_len = p.cu_seqlens_kv[b + 1] - kv_begin;
+    RunTask(in, MakeRows(q_begin, q_len, kv_len - q_len, kv_len, rt.q_tile, q_tile_tokens, kv_head, b,
+                         p.num_kv_heads, plan.max_q_tiles),
             kv, p.kv_storage, split);
   });
 }

@@ -56,22 +56,25 @@ struct TileInputs {
   uint8_t* workspace;
 };
 
-// The rows of one tile: tokens [token_begin, token_begin + num_tokens) of a request whose
-// queries are the last q_len of its kv_len tokens; first_index is the first token's index
-// among the request's queries.
+// The rows of one tile: tokens [token_begin, token_begin + num_tokens) of a request with
+// kv_len keys whose query i sits at local key position q_start + i (kv_len - q_len when the
+// queries are the last q_len tokens; shifted by kv_offsets/full_seq_lens, params.h);
+// first_index is the first token's index among the request's queries.
 struct TileRows {
   int64_t token_begin, num_tokens, first_index;
-  int64_t q_len, kv_len;
+  int64_t q_start, kv_len;
   int64_t kv_head;
   int64_t counter_index;
 };
 
-// Visible keys [lo, hi) of the query at index i of its request (DESIGN.md semantics).
-inline KeyRange VisibleKeys(const AttentionOptions& options, int64_t q_len, int64_t kv_len, int64_t i) {
-  const int64_t pos = kv_len - q_len + i;
+// Visible keys [lo, hi) of the query at index i of its request, whose query 0 sits at local
+// position q_start (DESIGN.md semantics). A position past the last key sees every key the
+// window leaves (none once the window starts past kv_len); one before key 0 sees none under
+// causal masking. Empty ranges are [lo, lo) with lo in [0, kv_len].
+inline KeyRange VisibleKeys(const AttentionOptions& options, int64_t q_start, int64_t kv_len, int64_t i) {
+  const int64_t pos = q_start + i;
   int64_t hi = options.causal ? std::min(kv_len, pos + 1) : kv_len;
-  int64_t lo = options.window_left >= 0 ? std::max<int64_t>(0, pos - options.window_left) : 0;
-  if (hi < lo) hi = lo;
+  int64_t lo = options.window_left >= 0 ? std::clamp<int64_t>(pos - options.window_left, 0, kv_len) : 0;
   return {lo, std::max<int64_t>(lo, hi)};
 }
 
@@ -226,7 +229,7 @@ KeyRange LoadTileRows(const TileInputs<T>& in, const TileRows& tile, TileScratch
   visible.resize(tile.num_tokens);
   int64_t tile_lo = tile.kv_len, tile_hi = 0;
   for (int64_t t = 0; t < tile.num_tokens; ++t) {
-    visible[t] = VisibleKeys(in.options, tile.q_len, tile.kv_len, tile.first_index + t);
+    visible[t] = VisibleKeys(in.options, tile.q_start, tile.kv_len, tile.first_index + t);
     if (visible[t].end > visible[t].begin) {
       tile_lo = std::min(tile_lo, visible[t].begin);
       tile_hi = std::max(tile_hi, visible[t].end);

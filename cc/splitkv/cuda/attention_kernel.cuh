@@ -178,14 +178,26 @@ __device__ __forceinline__ void LoadKvBlock(T* s_k, T* s_v, const KvSource& kv, 
   }
 }
 
-// Keys [lo, hi) that query index i of a request (q_len queries, kv_len keys) sees: the
-// semantics of DESIGN.md, as the CPU backend computes them.
-__device__ __forceinline__ void VisibleKeys(const AttentionKernelParams& p, int q_len, int kv_len, int i, int& lo,
-                                            int& hi) {
-  const int pos = kv_len - q_len + i;
-  hi = p.causal ? min(kv_len, pos + 1) : kv_len;
-  lo = p.window_left >= 0 ? static_cast<int>(max(int64_t{0}, int64_t{pos} - p.window_left)) : 0;
-  if (hi < lo) hi = lo;
+// The local key position of query 0 of `request` (q_len queries, kv_len keys): kv_len - q_len
+// (the queries are the last tokens), or full_seq_lens - kv_offsets - q_len when the call's
+// keys are one shard of a longer request (params.h). int64: the unchecked device values
+// cannot overflow it.
+__device__ __forceinline__ int64_t QueryStart(const AttentionKernelParams& p, int request, int q_len, int kv_len) {
+  if (p.full_seq_lens == nullptr) return int64_t{kv_len} - q_len;
+  return int64_t{__ldg(p.full_seq_lens + request)} - __ldg(p.kv_offsets + request) - q_len;
+}
+
+// Keys [lo, hi) that query index i of a request (query 0 at local position q_start, kv_len
+// keys) sees: the semantics of DESIGN.md, as the CPU backend computes them (VisibleKeys in
+// attention_tile.h). Past the last key a row sees what the window leaves of the keys, before
+// key 0 nothing under causal masking; an empty range is [lo, lo) with lo in [0, kv_len].
+__device__ __forceinline__ void VisibleKeys(const AttentionKernelParams& p, int64_t q_start, int kv_len, int i,
+                                            int& lo, int& hi) {
+  const int64_t pos = q_start + i;
+  const int64_t h = p.causal ? min(int64_t{kv_len}, pos + 1) : int64_t{kv_len};
+  const int64_t l = p.window_left >= 0 ? min(int64_t{kv_len}, max(int64_t{0}, pos - p.window_left)) : 0;
+  lo = static_cast<int>(l);
+  hi = static_cast<int>(max(l, h));
 }
 
 // The query tokens of this CTA's tile. blockIdx.x walks (request, kv head, q tile) with q
@@ -228,9 +240,10 @@ struct SplitKeys {
 __device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p, const TileQueries& t, int kv_len,
                                                  int block_keys, int granule) {
   int tile_lo = kv_len, tile_hi = 0;
+  const int64_t q_start = QueryStart(p, t.request, t.q_len, kv_len);
   for (int i = 0; i < t.num_tokens; ++i) {
     int lo, hi;
-    VisibleKeys(p, t.q_len, kv_len, t.first + i, lo, hi);
+    VisibleKeys(p, q_start, kv_len, t.first + i, lo, hi);
     if (hi > lo) tile_lo = min(tile_lo, lo), tile_hi = max(tile_hi, hi);
   }
   const KeyRange range =
@@ -320,6 +333,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN, S::kBlockN);
   const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;
+  const int64_t q_start = QueryStart(p, request, q_len, kv_len);
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / S::kWarpsN, wn = warp % S::kWarpsN;
@@ -364,7 +378,7 @@ __global__ void __launch_bounds__(kThreads)
       row_valid[i] = r < chunk_rows;
       row_lo[i] = row_hi[i] = 0;
       if (row_valid[i]) {
-        VisibleKeys(p, q_len, kv_len, first + (row0 + r) / p.group_size, row_lo[i], row_hi[i]);
+        VisibleKeys(p, q_start, kv_len, first + (row0 + r) / p.group_size, row_lo[i], row_hi[i]);
         row_lo[i] = max(row_lo[i], key_begin);
         row_hi[i] = max(row_lo[i], min(row_hi[i], key_end));
       }

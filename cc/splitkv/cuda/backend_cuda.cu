@@ -202,6 +202,8 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
 
   AttentionKernelParams k = CommonParams(p, plan, tile.q_tile_tokens);
   k.cu_seqlens_q = p.cu_seqlens_q;
+  k.kv_offsets = p.kv_offsets;
+  k.full_seq_lens = p.full_seq_lens;
   PagedKvParams kv;
   kv.k = p.k_cache;
   kv.v = p.v_cache;

@@ -216,6 +216,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // splits: 1072 keys, not 1088; 16 x 4096 at 3: 1376, not 1408).
   const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN, S::kPageTma ? box_rows : 16);
   const int key_begin = split_keys.begin, key_end = split_keys.end;
+  const int64_t q_start = QueryStart(p, request, q_len, kv_len);
   const int loop_begin = S::kPageTma ? key_begin & ~(box_rows - 1) : key_begin;
   const int num_blocks = !S::kPageTma         ? split_keys.num_blocks
                          : key_end > key_begin ? (key_end - loop_begin + S::kBlockN - 1) / S::kBlockN
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     row_valid[i] = r < tile_rows;
     row_lo[i] = row_hi[i] = 0;
     if (row_valid[i]) {
-      VisibleKeys(p, q_len, kv_len, first + r / p.group_size, row_lo[i], row_hi[i]);
+      VisibleKeys(p, q_start, kv_len, first + r / p.group_size, row_lo[i], row_hi[i]);
       row_lo[i] = max(row_lo[i], key_begin);
       row_hi[i] = max(row_lo[i], min(row_hi[i], key_end));
     }

@@ -21,6 +21,11 @@ struct AttentionKernelParams {
   float* lse = nullptr;  // [total_q, num_qo_heads] or null
   // cu_seqlens_q [batch_size + 1], or null for one query per request.
   const int32_t* cu_seqlens_q = nullptr;
+  // Paged calls only, both or neither (params.h PagedAttentionParams): [batch_size] int32;
+  // request b's query i sits at local key position full_seq_lens[b] - kv_offsets[b] - q_len + i
+  // (QueryStart). Null: kv_len - q_len + i.
+  const int32_t* kv_offsets = nullptr;
+  const int32_t* full_seq_lens = nullptr;
 
   int32_t num_kv_heads = 0;
   int32_t group_size = 0;  // qo heads per kv head
