@@ -25,14 +25,18 @@ class ArgChecks {
   void AtLeast(const char* arg, int64_t value, int64_t min) const {
     if (value < min) Fail(arg, "out of range", ">= " + std::to_string(min), std::to_string(value));
   }
-  void InRange(const std::string& arg, int64_t value, int64_t lo, int64_t hi) const {
+  // The checks take C strings and build a std::string only to fail: they run on every
+  // launch (a name past the small-string buffer would cost an allocation per check).
+  void InRange(const char* arg, int64_t value, int64_t lo, int64_t hi) const {
     if (value < lo || value >= hi) {
       Fail(arg, "out of range", "a value in [" + std::to_string(lo) + ", " + std::to_string(hi) + ")",
            std::to_string(value));
     }
   }
-  void Equal(const std::string& arg, int64_t value, int64_t expected, const std::string& what) const {
-    if (value != expected) Fail(arg, "mismatch", what + " = " + std::to_string(expected), std::to_string(value));
+  void Equal(const char* arg, int64_t value, int64_t expected, const char* what) const {
+    if (value != expected) {
+      Fail(arg, "mismatch", std::string(what) + " = " + std::to_string(expected), std::to_string(value));
+    }
   }
   void MultipleOf(const char* arg, int64_t value, const char* of_name, int64_t of) const {
     if (of <= 0 || value % of != 0) {

@@ -319,9 +319,12 @@ void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p) {
       }
     }
     const int32_t* row = p.block_tables + b * p.block_tables_stride;
-    for (int64_t i = 0; i < CeilDiv(kv_len, p.page_size); ++i) {
-      check.InRange("block_tables[" + std::to_string(b) + "][" + std::to_string(i) + "] (a page id)",
-                    row[i], 0, p.num_pages);
+    const int64_t pages = CeilDiv(kv_len, p.page_size);
+    for (int64_t i = 0; i < pages; ++i) {
+      if (row[i] < 0 || row[i] >= p.num_pages) {  // the name is built only for the message
+        const std::string name = "block_tables[" + std::to_string(b) + "][" + std::to_string(i) + "] (a page id)";
+        check.InRange(name.c_str(), row[i], 0, p.num_pages);
+      }
     }
   }
 }

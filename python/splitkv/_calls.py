@@ -9,12 +9,12 @@ The shared core of :mod:`splitkv.attention` (the eager functions and the plan ob
 - the per-call path (:func:`paged_call`, :func:`ragged_call`): a call whose layout (the
   classes, shapes, strides, dtypes and devices of its tensors, sinks, per-head scales,
   kv_offsets and full_seq_lens included, its options and its workspace's) passed the full
-  path before reuses that
-  path's params as a template and only supplies its addresses (one C++ call, `LaunchPagedFrom` / `LaunchRaggedFrom`, which
-  runs every C++ check again). What depends on the addresses is checked on every call: a
-  caller's `out` or the workspace sharing bytes with another tensor sends the call to the
-  full path, which refuses it with its own message. Index values (CPU) and the counters
-  are the C++ launcher's, on every call.
+  path before reuses that path's params as a template (a C++ `PagedTemplate` /
+  `RaggedTemplate`) and only supplies its addresses (one C++ call, the template's `launch`,
+  which runs every C++ check again). What depends on the addresses is checked on every
+  call, by that C++ call before it launches: a caller's `out` or the workspace sharing bytes
+  with another tensor sends the call to the full path, which refuses it with its own
+  message. Index values (CPU) and the counters are the C++ launcher's, on every call.
 
 Both paths launch the same work with the same params; only the host time differs.
 """
@@ -322,7 +322,8 @@ _layouts = {}
 
 
 def _extent(x):
-    """Bytes from x's first to its last element (0 if empty): the span _checks compares."""
+    """Bytes from x's first to its last element (0 if absent or empty): the span _checks
+    compares."""
     if x is None or x.numel() == 0:
         return 0
     begin, end = _checks._byte_span(x)
@@ -330,18 +331,17 @@ def _extent(x):
 
 
 class _Layout:
-    """A validated layout: the full path's params as a template, and what a call of this
-    layout needs besides addresses (byte extents for the overlap checks, the shapes of new
-    outputs, where the work runs)."""
+    """A validated layout: the C++ template (the full path's params and the byte extents of
+    the call's tensors, for the overlap checks; `launch` is its bound launch), and what a call
+    of this layout needs besides addresses (the shapes of new outputs, where the work runs)."""
 
-    __slots__ = ("params", "launch", "extents", "out_shape", "lse_shape", "cuda",
-                 "device", "v_offset", "host_max_q_len", "q_contiguous")
+    __slots__ = ("launch", "max_q_len", "out_shape", "lse_shape", "cuda", "device", "v_offset",
+                 "host_max_q_len", "q_contiguous")
 
-    def __init__(self, params, launch, q, operands, max_q_len, cu_seqlens_q):
-        self.params = params
-        self.launch = launch
-        # Extents of the inputs in the order the call passes their addresses (_overlaps).
-        self.extents = tuple(_extent(x) for x in operands)
+    def __init__(self, template, params, q, operands, max_q_len, cu_seqlens_q):
+        # Extents in the order the call passes the addresses: the inputs, then out.
+        self.launch = template(params, [_extent(x) for x in operands]).launch
+        self.max_q_len = params.max_q_len
         self.out_shape = tuple(q.shape)
         # A new out is contiguous (the template's out strides): empty_like(q) makes one
         # when q is (and costs less than new_empty).
@@ -368,55 +368,39 @@ def _workspace_view(workspace):
     return (workspace, tensor_signature(workspace), None, None)
 
 
-def _overlaps(addresses, extents, out, out_extent, workspace, workspace_extent):
-    """True if the caller's `out` (address, or None when the call allocates it) shares a
-    byte with the inputs (the first 4 addresses: q, k, v, sinks), or the workspace with any
-    tensor of the call: the full path then refuses it with its message."""
-    if out is not None and out_extent:
-        out_end = out + out_extent
-        for i in range(4):
-            begin = addresses[i]
-            if extents[i] and begin < out_end and out < begin + extents[i]:
-                return True
-        if workspace < out_end and out < workspace + workspace_extent:
-            return True
-    workspace_end = workspace + workspace_extent
-    for begin, extent in zip(addresses, extents):
-        if extent and begin < workspace_end and workspace < begin + extent:
-            return True
-    return False
-
-
-def _launch(op, layout, addresses, out, lse, out_address, workspace, view, max_q_len, scales):
-    """Launches a call of `layout` from its addresses (q first) and its per-head scale
-    addresses (k_scales, v_scales; 0 for none), holding the workspace."""
+def _launch(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
+    """Launches a call of `layout` from its addresses (the inputs, out, lse), holding the
+    workspace. False, having launched nothing, when out or the workspace shares bytes with
+    another tensor of the call: the full path then refuses it with its message."""
     buffer, _, c_workspace, busy = view
     if c_workspace is None:  # a user's tensor: no cached view
         c_workspace = workspace_module.c_workspace(workspace, buffer)
         busy = workspace_module.busy_key(buffer)
-    lse_address = 0 if lse is None else lse.data_ptr()
+    if k_scale is None and v_scale is None:
+        scales = (0, 0)
+    else:
+        scales = _scale_addresses(k_scale, v_scale)
     workspace_module.acquire(op, busy)
     try:
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "before")
         if not layout.cuda:
-            layout.launch(layout.params, *addresses, out_address, lse_address, c_workspace, 0,
-                          max_q_len, *scales)
-            if workspace_module.CHECK_EVERY_CALL:
-                workspace_module.check_every_call(op, workspace, buffer, "after")
-            return
-        device = layout.device
-        with workspace_module.on_device(device):
-            stream = workspace_module.current_raw_stream(device.index)
-            capturing = torch.cuda.is_current_stream_capturing()
-            if not capturing:
-                workspace_module.order_after_last_launch(busy, stream, device)
-            layout.launch(layout.params, *addresses, out_address, lse_address, c_workspace,
-                          stream, max_q_len, *scales)
-            if not capturing:
-                workspace_module.record_launch(busy, stream, device)
+            if not layout.launch(*addresses, c_workspace, 0, max_q_len, *scales):
+                return False
+        else:
+            device = layout.device
+            with workspace_module.on_device(device):
+                stream = workspace_module.current_raw_stream(device.index)
+                capturing = torch.cuda.is_current_stream_capturing()
+                if not capturing:
+                    workspace_module.order_after_last_launch(busy, stream, device)
+                if not layout.launch(*addresses, c_workspace, stream, max_q_len, *scales):
+                    return False
+                if not capturing:
+                    workspace_module.record_launch(busy, stream, device)
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "after")
+        return True
     finally:
         workspace_module.release(busy)
 
@@ -426,7 +410,7 @@ def _call_max_q_len(layout, cu_seqlens_q, paged):
     calls without cu_seqlens_q), -1 (computed there from host memory, CPU), or from
     cu_seqlens_q with a device sync (CUDA), exactly as the full path computes it."""
     if not layout.host_max_q_len:
-        return layout.params.max_q_len
+        return layout.max_q_len
     if not layout.cuda:
         return -1
     return max(1, longest(cu_seqlens_q)) if paged else longest(cu_seqlens_q)
@@ -439,8 +423,28 @@ def _new_outputs(layout, q, out, return_lse):
     return out, lse
 
 
+def _option_key(*options):
+    """The options part of a layout key: the values, and their types (True == 1 and
+    hash(True) == hash(1), yet the full path refuses a bool where it wants an int)."""
+    return options, tuple(map(type, options))
+
+
+def _extras(sinks, k_scale, v_scale, kv_offsets=None, full_seq_lens=None):
+    """The key's part for sinks, scales, kv_offsets and full_seq_lens: None without any (the
+    usual case, and cheap); else their layouts (tensor_signature) or values and types, never
+    a tensor's identity or values (both change from call to call)."""
+    if (sinks is None and k_scale is None and v_scale is None and kv_offsets is None
+            and full_seq_lens is None):
+        return None
+    return (None if sinks is None else tensor_signature(sinks),
+            _tensor_or_value(k_scale), k_scale.__class__,
+            _tensor_or_value(v_scale), v_scale.__class__,
+            None if kv_offsets is None else tensor_signature(kv_offsets),
+            None if full_seq_lens is None else tensor_signature(full_seq_lens))
+
+
 def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
-               options):
+               options, extras):
     # tensor_signature of each tensor, written out flat: one call fewer per tensor.
     if kv_cache.__class__ is tuple or kv_cache.__class__ is list:
         kv = (len(kv_cache),) + tuple(tensor_signature(x) for x in kv_cache)
@@ -453,7 +457,7 @@ def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seql
             seq_lens.dtype, seq_lens.device,
             None if cu_seqlens_q is None else tensor_signature(cu_seqlens_q),
             None if out is None else tensor_signature(out),
-            workspace_signature, options, tuple(map(type, options)))
+            workspace_signature, options, extras)
 
 
 def _tensor_or_value(x):
@@ -463,8 +467,8 @@ def _tensor_or_value(x):
 
 
 def _scale_addresses(k_scale, v_scale):
-    """(k_scales, v_scales) addresses for LaunchPagedFrom / LaunchRaggedFrom: a per-head
-    scale tensor's, 0 for a float or None (the template holds the float)."""
+    """(k_scales, v_scales) addresses for the templates' launch: a per-head scale tensor's,
+    0 for a float or None (the template holds the float)."""
     return (k_scale.data_ptr() if isinstance(k_scale, torch.Tensor) else 0,
             v_scale.data_ptr() if isinstance(v_scale, torch.Tensor) else 0)
 
@@ -479,13 +483,11 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
     # Sinks, per-head scales, kv_offsets and full_seq_lens enter by their layout
     # (tensor_signature), their addresses per call.
     try:
-        options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
-                   return_lse, max_q_len, batch_invariant, _tensor_or_value(k_scale),
-                   _tensor_or_value(v_scale), None if sinks is None else tensor_signature(sinks),
-                   None if kv_offsets is None else tensor_signature(kv_offsets),
-                   None if full_seq_lens is None else tensor_signature(full_seq_lens))
         view = _workspace_view(workspace)
-        key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out, options)
+        key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
+                         _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
+                                     num_splits, return_lse, max_q_len, batch_invariant),
+                         _extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens))
         layout = _layouts.get(key)
     except Exception:  # noqa: BLE001 - not tensors, sparse ones, unhashable options: the
         key = layout = None  # full path checks them and says what is wrong
@@ -495,19 +497,17 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
         else:
             k_address = kv_cache.data_ptr()
             v_address = k_address + layout.v_offset
+        result, lse = _new_outputs(layout, q, out, return_lse)
         addresses = (q.data_ptr(), k_address, v_address, 0 if sinks is None else sinks.data_ptr(),
                      block_tables.data_ptr(), seq_lens.data_ptr(),
                      0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
                      0 if kv_offsets is None else kv_offsets.data_ptr(),
-                     0 if full_seq_lens is None else full_seq_lens.data_ptr())
-        out_address = None if out is None else out.data_ptr()
-        buffer = view[0]
-        if not _overlaps(addresses, layout.extents, out_address, layout.extents[-1],
-                         buffer.data_ptr(), buffer.numel()):
-            out, lse = _new_outputs(layout, q, out, return_lse)
-            _launch(op, layout, addresses, out, lse, out.data_ptr(), workspace, view,
-                    _call_max_q_len(layout, cu_seqlens_q, True), _scale_addresses(k_scale, v_scale))
-            return out, lse
+                     0 if full_seq_lens is None else full_seq_lens.data_ptr(), result.data_ptr(),
+                     0 if lse is None else lse.data_ptr())
+        call_max_q_len = (layout.max_q_len if not layout.host_max_q_len
+                          else _call_max_q_len(layout, cu_seqlens_q, True))
+        if _launch(op, layout, addresses, workspace, view, call_max_q_len, k_scale, v_scale):
+            return result, lse
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
         causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
@@ -528,7 +528,7 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
     else:
         k, v = kv_cache[:, 0], kv_cache[:, 1]
         v_offset = v.data_ptr() - k.data_ptr()
-    layout = _Layout(params, _splitkv.LaunchPagedFrom, q,
+    layout = _Layout(_splitkv.PagedTemplate, params, q,
                      (q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
                       full_seq_lens, out), max_q_len,
                      cu_seqlens_q)
@@ -536,7 +536,7 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
     return layout
 
 
-def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options):
+def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options, extras):
     return (RAGGED, q.__class__, q.shape, q.stride(), q.dtype, q.device,
             k.__class__, k.shape, k.stride(), k.dtype, k.device,
             v.__class__, v.shape, v.stride(), v.dtype, v.device,
@@ -544,7 +544,7 @@ def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, 
             cu_seqlens_q.device, cu_seqlens_kv.__class__, cu_seqlens_kv.shape,
             cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.device,
             None if out is None else tensor_signature(out),
-            workspace_signature, options, tuple(map(type, options)))
+            workspace_signature, options, extras)
 
 
 def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
@@ -552,31 +552,30 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                 batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     """Runs ragged attention; returns (out, lse). Paths as :func:`paged_call`."""
     try:
-        options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse,
-                   max_q_len, batch_invariant, _tensor_or_value(k_scale),
-                   _tensor_or_value(v_scale), None if sinks is None else tensor_signature(sinks))
         view = _workspace_view(workspace)
-        key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options)
+        key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out,
+                          _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                                      return_lse, max_q_len, batch_invariant),
+                          _extras(sinks, k_scale, v_scale))
         layout = _layouts.get(key)
     except Exception:  # noqa: BLE001 - as in paged_call
         key = layout = None
     if layout is not None:
-        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(), 0 if sinks is None else sinks.data_ptr(),
-                     cu_seqlens_q.data_ptr(), cu_seqlens_kv.data_ptr())
-        out_address = None if out is None else out.data_ptr()
-        buffer = view[0]
-        if not _overlaps(addresses, layout.extents, out_address, layout.extents[-1],
-                         buffer.data_ptr(), buffer.numel()):
-            out, lse = _new_outputs(layout, q, out, return_lse)
-            _launch(op, layout, addresses, out, lse, out.data_ptr(), workspace, view,
-                    _call_max_q_len(layout, cu_seqlens_q, False), _scale_addresses(k_scale, v_scale))
-            return out, lse
+        result, lse = _new_outputs(layout, q, out, return_lse)
+        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                     0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
+                     cu_seqlens_kv.data_ptr(), result.data_ptr(),
+                     0 if lse is None else lse.data_ptr())
+        call_max_q_len = (layout.max_q_len if not layout.host_max_q_len
+                          else _call_max_q_len(layout, cu_seqlens_q, False))
+        if _launch(op, layout, addresses, workspace, view, call_max_q_len, k_scale, v_scale):
+            return result, lse
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True,
         batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     if key is not None and layout is None:
-        _remember(key, _Layout(params, _splitkv.LaunchRaggedFrom, q,
+        _remember(key, _Layout(_splitkv.RaggedTemplate, params, q,
                                (q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,
                                cu_seqlens_q))
     run(op, _splitkv.LaunchRaggedAttention, params, q, workspace)

@@ -6,11 +6,15 @@
 // std::invalid_argument arrive as ValueError and std::runtime_error as RuntimeError, by
 // pybind11's default translators.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cc/splitkv/launchers.h"
 #include "cc/splitkv/merge_states.h"
@@ -185,13 +189,19 @@ void BindRaggedParams(py::module_& m) {
 // ---- per-call launches from a validated template (python/splitkv/_calls.py) ----
 //
 // The Python side validates a call's shapes, strides, dtypes, devices and options once per
-// layout and keeps the filled params struct; each later call of that layout only supplies
-// its addresses here. The template is copied, never written, so threads may share it; the
-// launcher still runs every C++ check on the copy (they cost well under a microsecond).
-// A negative max_q_len / max_kv_len asks for the value the Python slow path computes from
-// host index tensors (CPU only: those pointers are host memory).
+// layout and keeps the filled params struct in a PagedTemplate / RaggedTemplate; each later
+// call of that layout only supplies its addresses here. The template is copied, never
+// written, so threads may share it; the launcher still runs every C++ check on the copy
+// (they cost well under a microsecond). A negative max_q_len asks for the value the Python
+// full path computes from host index tensors (CPU only: those pointers are host memory).
+//
+// What depends on the addresses is checked here too, before anything runs: a call whose
+// out shares a byte with q, k, v or sinks, or whose workspace shares one with any of its
+// tensors, launches nothing and returns false; the caller then takes the full path, which
+// refuses it with its message. The template holds each tensor's byte extent (first to
+// last element) for that: an address and its extent are all the check needs.
 
-// max(a[b + 1] - a[b]) over b < n (int64), or 0 for n == 0: _calls._longest on host data.
+// max(a[b + 1] - a[b]) over b < n (int64), or 0 for n == 0: _calls.longest on host data.
 int64_t LongestSegment(const int32_t* a, int64_t n) {
   if (n <= 0) return 0;
   int64_t longest = std::numeric_limits<int64_t>::min();
@@ -204,16 +214,65 @@ T* Address(std::uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 
-// The per-call addresses of a validated layout. sinks, kv_offsets, full_seq_lens, k_scales
-// and v_scales are 0 when the layout has none (the layout cache keys on whether each is a
-// tensor, and on its shape).
-void LaunchPagedFrom(const PagedAttentionParams& plan, std::uintptr_t q, std::uintptr_t k_cache,
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte (an empty span shares none).
+bool Overlap(std::uintptr_t a, int64_t a_bytes, std::uintptr_t b, int64_t b_bytes) {
+  return a_bytes > 0 && b_bytes > 0 && a < b + static_cast<std::uintptr_t>(b_bytes) &&
+         b < a + static_cast<std::uintptr_t>(a_bytes);
+}
+
+// A validated layout: the full path's params and the byte extents of the call's tensors,
+// kNumInputs inputs in the order launch() takes their addresses (q, k, v, sinks first),
+// then out. An extent is 0 for an absent or empty tensor.
+template <typename Params, size_t kNumInputs>
+struct CallTemplate {
+  Params plan;
+  std::array<int64_t, kNumInputs + 1> extents{};
+
+  CallTemplate(const Params& params, const std::vector<int64_t>& tensor_extents) : plan(params) {
+    if (tensor_extents.size() != extents.size()) {
+      throw std::invalid_argument("splitkv internal: CallTemplate expects " + std::to_string(extents.size()) +
+                                  " extents, got " + std::to_string(tensor_extents.size()));
+    }
+    std::copy(tensor_extents.begin(), tensor_extents.end(), extents.begin());
+  }
+
+  // True if out shares a byte with q, k, v or sinks, or the workspace with any tensor.
+  bool SharesBytes(const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out,
+                   const WorkspaceBuffer& workspace) const {
+    const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
+    const int64_t out_extent = extents[kNumInputs];
+    for (size_t i = 0; i < 4; ++i) {
+      if (Overlap(out, out_extent, inputs[i], extents[i])) return true;
+    }
+    if (Overlap(out, out_extent, base, workspace.bytes)) return true;
+    for (size_t i = 0; i < kNumInputs; ++i) {
+      if (Overlap(inputs[i], extents[i], base, workspace.bytes)) return true;
+    }
+    return false;
+  }
+};
+
+// Inputs: q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
+// full_seq_lens.
+using PagedTemplate = CallTemplate<PagedAttentionParams, 9>;
+// Inputs: q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv.
+using RaggedTemplate = CallTemplate<RaggedAttentionParams, 6>;
+
+// One call of a paged layout. sinks, kv_offsets, full_seq_lens, k_scales and v_scales are 0
+// when the layout has none (the layout cache keys on whether each is a tensor, and on its
+// shape).
+bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr_t k_cache,
                      std::uintptr_t v_cache, std::uintptr_t sinks, std::uintptr_t block_tables,
                      std::uintptr_t seq_lens, std::uintptr_t cu_seqlens_q, std::uintptr_t kv_offsets,
-                     std::uintptr_t full_seq_lens, std::uintptr_t out,
-                     std::uintptr_t lse, const WorkspaceBuffer& workspace, std::uintptr_t stream,
-                     int64_t max_q_len, std::uintptr_t k_scales, std::uintptr_t v_scales) {
-  PagedAttentionParams p = plan;
+                     std::uintptr_t full_seq_lens, std::uintptr_t out, std::uintptr_t lse,
+                     const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
+                     std::uintptr_t k_scales, std::uintptr_t v_scales) {
+  if (layout.SharesBytes(
+          {q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens}, out,
+          workspace)) {
+    return false;
+  }
+  PagedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k_cache = Address<const void>(k_cache);
   p.v_cache = Address<const void>(v_cache);
@@ -240,14 +299,17 @@ void LaunchPagedFrom(const PagedAttentionParams& plan, std::uintptr_t q, std::ui
     p.max_kv_len = std::max<int64_t>(0, std::min(longest, p.max_pages_per_seq * p.page_size));
   }
   LaunchPagedAttention(p);
+  return true;
 }
 
-void LaunchRaggedFrom(const RaggedAttentionParams& plan, std::uintptr_t q, std::uintptr_t k,
+// One call of a ragged layout; as LaunchPagedFrom.
+bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintptr_t k,
                       std::uintptr_t v, std::uintptr_t sinks, std::uintptr_t cu_seqlens_q,
                       std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
                       const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
                       std::uintptr_t k_scales, std::uintptr_t v_scales) {
-  RaggedAttentionParams p = plan;
+  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv}, out, workspace)) return false;
+  RaggedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k = Address<const void>(k);
   p.v = Address<const void>(v);
@@ -270,6 +332,17 @@ void LaunchRaggedFrom(const RaggedAttentionParams& plan, std::uintptr_t q, std::
     p.max_kv_len = std::max<int64_t>(0, std::min(longest, p.total_kv));
   }
   LaunchRaggedAttention(p);
+  return true;
+}
+
+// The templates are immutable once made: `launch` is their one method.
+template <typename Template, typename Launch>
+void BindTemplate(py::module_& m, const char* name, Launch launch) {
+  py::class_<Template>(m, name)
+      .def(py::init<const decltype(Template::plan)&, const std::vector<int64_t>&>(), py::arg("params"),
+           py::arg("extents"))
+      .def_property_readonly("params", [](const Template& self) { return self.plan; })
+      .def("launch", launch, py::call_guard<py::gil_scoped_release>());
 }
 
 void BindLaunchers(py::module_& m) {
@@ -280,8 +353,8 @@ void BindLaunchers(py::module_& m) {
   m.def("LaunchRaggedAttention", &LaunchRaggedAttention, py::arg("params"), release);
   m.def("PlanPagedAttention", &PlanPagedAttention, py::arg("params"), release);
   m.def("PlanRaggedAttention", &PlanRaggedAttention, py::arg("params"), release);
-  m.def("LaunchPagedFrom", &LaunchPagedFrom, release);
-  m.def("LaunchRaggedFrom", &LaunchRaggedFrom, release);
+  BindTemplate<PagedTemplate>(m, "PagedTemplate", &LaunchPagedFrom);
+  BindTemplate<RaggedTemplate>(m, "RaggedTemplate", &LaunchRaggedFrom);
   m.def(
       "CheckCounterRegionZero",
       [](std::uintptr_t workspace, int64_t workspace_bytes) {

@@ -143,8 +143,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
         ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
         ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
-        sink for that head. Default None: no sinks. A call with sinks (or per-head scales)
-        takes the full argument checks every time (its tensors are not cached).
+        sink for that head. Default None: no sinks. Sinks and per-head scale tensors
+        enter the cache of validated layouts by their layout, not their values: each
+        layer's own tensors take the per-call path.
     k_scale, v_scale : float or torch.Tensor, optional
         Keyword-only, for an fp8 cache and required with one: K/V of dtype
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
@@ -344,8 +345,9 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
         ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
         ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
-        sink for that head. Default None: no sinks. A call with sinks (or per-head scales)
-        takes the full argument checks every time (its tensors are not cached).
+        sink for that head. Default None: no sinks. Sinks and per-head scale tensors
+        enter the cache of validated layouts by their layout, not their values: each
+        layer's own tensors take the per-call path.
     k_scale, v_scale : float or torch.Tensor, optional
         Keyword-only, for an fp8 cache and required with one: K/V of dtype
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold

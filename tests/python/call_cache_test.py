@@ -108,6 +108,47 @@ def test_cached_layout_still_refuses_overlaps(device):
     splitkv.check_counter_region(workspace)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_cached_ragged_layout_still_refuses_overlaps(device):
+    # As above for ragged calls, whose overlap checks run in the C++ launch of a cached
+    # layout: out holding v, and a workspace holding cu_seqlens_kv (an index tensor, which
+    # only the workspace check covers), are refused with the full path's messages and
+    # nothing runs: the counter region stays zero and v keeps its values.
+    harness.require(device)
+    problem = harness.make_ragged([5, 3], [20, 9], dtype=_DTYPE, device=device)
+    buffer = torch.zeros((24 << 20) + 256, dtype=torch.uint8, device=device)
+    skip = -buffer.data_ptr() % 256
+    workspace = buffer[skip:skip + (24 << 20)]
+    out = torch.empty_like(problem.q)
+    problem.run(workspace, out=out)
+    assert len(_calls._layouts) == 1
+    holder = torch.empty(problem.v.numel() + problem.q.numel(), dtype=_DTYPE, device=device)
+    holder[:problem.v.numel()].copy_(problem.v.flatten())
+    v, problem.v = problem.v, holder[:problem.v.numel()].view(problem.v.shape)
+    out_in_v = holder[problem.v.numel() - 8:problem.v.numel() - 8 + problem.q.numel()]
+    v_before = problem.v.clone()
+    with pytest.raises(ValueError, match=r"^ragged_attention: out overlaps v: expected a tensor "
+                       r"sharing no byte with v, got out bytes \[0, 16\) within v's span; "
+                       r"attention is not computed in place$"):
+        problem.run(workspace, out=out_in_v.view(problem.q.shape))
+    assert torch.equal(problem.v, v_before)
+    problem.v = v
+    splitkv.check_counter_region(workspace)
+    cu_bytes = problem.cu_seqlens_kv.numel() * 4
+    inside = workspace[-cu_bytes:].view(torch.int32)
+    inside.copy_(problem.cu_seqlens_kv)
+    cu, problem.cu_seqlens_kv = problem.cu_seqlens_kv, inside
+    with pytest.raises(ValueError, match=r"^ragged_attention: workspace overlaps cu_seqlens_kv: "
+                       r"expected a buffer sharing no byte with cu_seqlens_kv, got workspace "
+                       r"bytes \[\d+, \d+\) within cu_seqlens_kv's span; allocate the workspace "
+                       r"on its own \(splitkv.Workspace\)$"):
+        problem.run(workspace, out=out)
+    problem.cu_seqlens_kv = cu
+    splitkv.check_counter_region(workspace)
+    harness.assert_close(problem.run(workspace, out=out), problem.reference()[0], _DTYPE)
+    assert len(_calls._layouts) == 1  # the refused calls added no layout
+
+
 def test_option_types_are_part_of_the_layout():
     # True == 1 and hash(True) == hash(1): a cached window_left=1 must not let
     # window_left=True through (refused: a bool is not an int).

@@ -3,6 +3,7 @@
 // (isa.h); attention_cpu.cc picks one at run time. Index data was validated by the launcher.
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <type_traits>
 #include <vector>
 
@@ -51,15 +52,51 @@ struct RequestTile {
   int64_t request, q_tile;
 };
 
-// One task per (request tile, kv head, split); `run(tile, kv_head, split)`.
+// Below this many multiply-adds of q.k (an upper bound: total_q x num_qo_heads x the
+// longest KV x head_dim), a launch runs its tasks on the calling thread. Waking the pool's
+// workers costs a futex wake and a context switch each, microseconds on a loaded machine
+// (a tiny decode beside torch, whose own threads spin for a while after each op, took
+// 6 us longer through the pool: issue 15); this much work takes about as long on one core.
+constexpr int64_t kInlineWork = int64_t{1} << 15;
+
+// Multiply-adds of q.k bounded as kInlineWork says (saturating: the operands are sizes).
+int64_t WorkBound(int64_t total_q, int64_t num_qo_heads, int64_t max_kv, int64_t head_dim) {
+  int64_t work = 1;
+  for (const int64_t factor : {total_q, num_qo_heads, max_kv, head_dim}) {
+    if (factor <= 0) return 0;
+    if (work > kInlineWork / factor) return kInlineWork;  // past the bound: no need to go on
+    work *= factor;
+  }
+  return work;
+}
+
+// One task per (request tile, kv head, split); `run(tile, kv_head, split)`. On the pool,
+// or inline for less than kInlineWork (`work`); either way every task runs and the first
+// exception is rethrown after them (ThreadPool::ParallelFor's contract): a split's counter
+// is only left zero when all its splits ran.
 template <typename Run>
-void RunTasks(const std::vector<RequestTile>& tiles, int64_t num_kv_heads, int64_t num_splits, const Run& run) {
+void RunTasks(const std::vector<RequestTile>& tiles, int64_t num_kv_heads, int64_t num_splits, int64_t work,
+              const Run& run) {
   const int64_t per_tile = num_kv_heads * num_splits;
-  ThreadPool::Global().ParallelFor(static_cast<int64_t>(tiles.size()) * per_tile, [&](int64_t task) {
+  const int64_t num_tasks = static_cast<int64_t>(tiles.size()) * per_tile;
+  const auto task = [&](int64_t task) {
     const RequestTile& tile = tiles[task / per_tile];
     const int64_t rest = task % per_tile;
     run(tile, rest / num_splits, rest % num_splits);
-  });
+  };
+  if (work >= kInlineWork) {
+    ThreadPool::Global().ParallelFor(num_tasks, task);
+    return;
+  }
+  std::exception_ptr error;
+  for (int64_t i = 0; i < num_tasks; ++i) {
+    try {
+      task(i);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 std::vector<RequestTile> EnumerateTiles(int64_t batch_size, const int32_t* cu_seqlens_q, int64_t q_tile_tokens) {
@@ -108,7 +145,9 @@ void Paged(const PagedAttentionParams& p, const SplitPlan& plan) {
   const TileInputs<T> in = MakeInputs<T>(p, plan);
   const int64_t q_tile_tokens = QTileTokens(in.group_size);
   const auto tiles = EnumerateTiles(p.batch_size, p.cu_seqlens_q, q_tile_tokens);
-  RunTasks(tiles, p.num_kv_heads, plan.num_splits, [&](const RequestTile& rt, int64_t kv_head, int64_t split) {
+  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
+  const int64_t work = WorkBound(p.total_q, p.num_qo_heads, max_kv, p.head_dim);
+  RunTasks(tiles, p.num_kv_heads, plan.num_splits, work, [&](const RequestTile& rt, int64_t kv_head, int64_t split) {
     const int64_t b = rt.request;
     const int64_t q_begin = p.cu_seqlens_q == nullptr ? b : p.cu_seqlens_q[b];
     const int64_t q_len = p.cu_seqlens_q == nullptr ? 1 : p.cu_seqlens_q[b + 1] - q_begin;
@@ -130,7 +169,9 @@ void Ragged(const RaggedAttentionParams& p, const SplitPlan& plan) {
   const TileInputs<T> in = MakeInputs<T>(p, plan);
   const int64_t q_tile_tokens = QTileTokens(in.group_size);
   const auto tiles = EnumerateTiles(p.batch_size, p.cu_seqlens_q, q_tile_tokens);
-  RunTasks(tiles, p.num_kv_heads, plan.num_splits, [&](const RequestTile& rt, int64_t kv_head, int64_t split) {
+  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
+  const int64_t work = WorkBound(p.total_q, p.num_qo_heads, max_kv, p.head_dim);
+  RunTasks(tiles, p.num_kv_heads, plan.num_splits, work, [&](const RequestTile& rt, int64_t kv_head, int64_t split) {
     const int64_t b = rt.request;
     const int64_t q_begin = p.cu_seqlens_q[b];
     const int64_t kv_begin = p.cu_seqlens_kv[b];
