@@ -224,8 +224,13 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
                        batch_invariant)
     options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    # Index tensors too: the kernels read them while other tasks write out (an out over
+    # seq_lens could send a later read past the cache).
     _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v),
-                                      ("sinks", sinks)], "tensor",
+                                      ("sinks", sinks), ("block_tables", block_tables),
+                                      ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q),
+                                      ("kv_offsets", kv_offsets),
+                                      ("full_seq_lens", full_seq_lens)], "tensor",
                      "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
@@ -289,7 +294,9 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
                        batch_invariant)
     options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v), ("sinks", sinks)], "tensor",
+    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v), ("sinks", sinks),
+                                      ("cu_seqlens_q", cu_seqlens_q),
+                                      ("cu_seqlens_kv", cu_seqlens_kv)], "tensor",
                      "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),

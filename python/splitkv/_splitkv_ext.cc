@@ -236,12 +236,13 @@ struct CallTemplate {
     std::copy(tensor_extents.begin(), tensor_extents.end(), extents.begin());
   }
 
-  // True if out shares a byte with q, k, v or sinks, or the workspace with any tensor.
+  // True if out shares a byte with any input (the index tensors too: the kernels read them
+  // while out is written), or the workspace with any tensor.
   bool SharesBytes(const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out,
                    const WorkspaceBuffer& workspace) const {
     const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
     const int64_t out_extent = extents[kNumInputs];
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < kNumInputs; ++i) {
       if (Overlap(out, out_extent, inputs[i], extents[i])) return true;
     }
     if (Overlap(out, out_extent, base, workspace.bytes)) return true;
