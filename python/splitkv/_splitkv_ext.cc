@@ -251,6 +251,22 @@ struct CallTemplate {
     }
     return false;
   }
+
+  // True if out or the workspace shares a byte with a per-kv-head scale tensor (float32
+  // [num_kv_heads], contiguous; 0: a float or none): they are read while both are written.
+  bool ScalesShareBytes(std::uintptr_t k_scales, std::uintptr_t v_scales, std::uintptr_t out,
+                        const WorkspaceBuffer& workspace) const {
+    const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
+    const int64_t out_extent = extents[kNumInputs];
+    const int64_t scale_bytes = plan.num_kv_heads * static_cast<int64_t>(sizeof(float));
+    for (const std::uintptr_t scales : {k_scales, v_scales}) {
+      if (scales == 0) continue;
+      if (Overlap(out, out_extent, scales, scale_bytes) || Overlap(base, workspace.bytes, scales, scale_bytes)) {
+        return true;
+      }
+    }
+    return false;
+  }
 };
 
 // Inputs: q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
@@ -270,7 +286,8 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
                      std::uintptr_t k_scales, std::uintptr_t v_scales) {
   if (layout.SharesBytes(
           {q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens}, out,
-          workspace)) {
+          workspace) ||
+      layout.ScalesShareBytes(k_scales, v_scales, out, workspace)) {
     return false;
   }
   PagedAttentionParams p = layout.plan;
@@ -309,7 +326,10 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
                       std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
                       const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
                       std::uintptr_t k_scales, std::uintptr_t v_scales) {
-  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv}, out, workspace)) return false;
+  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv}, out, workspace) ||
+      layout.ScalesShareBytes(k_scales, v_scales, out, workspace)) {
+    return false;
+  }
   RaggedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k = Address<const void>(k);

@@ -126,6 +126,20 @@ def _out_over_cu_seqlens_kv(p, ws, d):
     return _ragged_call(p, ws, out=out, cu_seqlens_kv=inside)
 
 
+def _out_over_k_scale(p, ws, d):
+    out = torch.empty_like(p.q)
+    k_scale = out.view(-1).view(torch.float32)[:2]
+    k_scale.fill_(0.5)
+    return _paged_call(p, ws, out=out, kv_cache=p.kv_cache.to(torch.float8_e4m3fn),
+                       k_scale=k_scale, v_scale=0.25)
+
+
+def _ws_over_v_scale(p, ws, d):
+    buffer, v_scale = _in_workspace(d, torch.full((2,), 0.25, device=d), 9 << 20)
+    return _ragged_call(p, buffer, k=p.k.to(torch.float8_e4m3fn), v=p.v.to(torch.float8_e4m3fn),
+                        k_scale=0.5, v_scale=v_scale)
+
+
 def _ws_over_k(p, ws, d):
     buffer, k = _in_workspace(d, p.k, 10 << 20)
     return _ragged_call(p, buffer, k=k)
@@ -488,6 +502,16 @@ ROWS = [
         "cu_seqlens_kv, got out bytes [0, 16) within cu_seqlens_kv's span; attention is not "
         "computed in place",
         _out_over_cu_seqlens_kv),
+    Row("out_overlaps_k_scale", "paged", "out holding a per-head k_scale", ValueError,
+        _P + "out overlaps k_scale: expected a tensor sharing no byte with k_scale, got out "
+        "bytes [0, 8) within k_scale's span; attention is not computed in place",
+        _out_over_k_scale),
+    Row("workspace_overlaps_v_scale", "ragged", "workspace holding a per-head v_scale",
+        ValueError,
+        _R + "workspace overlaps v_scale: expected a buffer sharing no byte with v_scale, got "
+        "workspace bytes [9437184, 9437192) within v_scale's span; allocate the workspace on "
+        "its own (splitkv.Workspace)",
+        _ws_over_v_scale),
     # ---- splitkv.distributed.paged_attention (its other arguments: as paged_attention) ----
     Row("cp_kv_offsets_int64", "paged", "kv_offsets int64", TypeError,
         _D + "kv_offsets dtype unsupported: expected torch.int32, got torch.int64; pass "
