@@ -196,10 +196,11 @@ void BindRaggedParams(py::module_& m) {
 // full path computes from host index tensors (CPU only: those pointers are host memory).
 //
 // What depends on the addresses is checked here too, before anything runs: a call whose
-// out shares a byte with q, k, v or sinks, or whose workspace shares one with any of its
-// tensors, launches nothing and returns false; the caller then takes the full path, which
-// refuses it with its message. The template holds each tensor's byte extent (first to
-// last element) for that: an address and its extent are all the check needs.
+// out or workspace shares a byte with any of its inputs (index and per-head scale tensors
+// included), or whose workspace shares one with out, launches nothing and returns false;
+// the caller then takes the full path, which refuses it with its message. The template
+// holds each tensor's byte extent (first to last element) for that, and the per-head scales'
+// from num_kv_heads: an address and its extent are all the check needs.
 
 // max(a[b + 1] - a[b]) over b < n (int64), or 0 for n == 0: _calls.longest on host data.
 int64_t LongestSegment(const int32_t* a, int64_t n) {
