@@ -151,7 +151,7 @@ struct PagedAttentionParams {
   const int32_t* kv_offsets = nullptr;
   const int32_t* full_seq_lens = nullptr;
   // out [total_q, num_qo_heads, head_dim], same dtype as q; every row is written. It must
-  // not overlap q, k_cache, v_cache or the workspace.
+  // not overlap any input (the index tensors included) or the workspace.
   void* out = nullptr;
   int64_t out_stride_token = 0;
   int64_t out_stride_head = 0;

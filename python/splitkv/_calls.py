@@ -187,6 +187,13 @@ def _paged_kv(op, kv_cache, kv_layout, q):
     return k, v
 
 
+def _scales(k_scale, v_scale):
+    """(name, tensor) of the per-kv-head scale tensors given, for the overlap checks (a
+    float scale has no bytes)."""
+    return [(name, x) for name, x in (("k_scale", k_scale), ("v_scale", v_scale))
+            if isinstance(x, torch.Tensor)]
+
+
 def _key_positions(op, kv_offsets, full_seq_lens, q, batch_size):
     """kv_offsets and full_seq_lens: both None, or both int32 ``[batch_size]``, contiguous,
     on q's device (their values: the C++ launcher's, on the CPU)."""
@@ -224,13 +231,19 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
                        batch_invariant)
     options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    # Index tensors too: the kernels read them while other tasks write out (an out over
+    # seq_lens could send a later read past the cache).
     _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v),
-                                      ("sinks", sinks)], "tensor",
-                     "attention is not computed in place")
+                                      ("sinks", sinks), ("block_tables", block_tables),
+                                      ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q),
+                                      ("kv_offsets", kv_offsets),
+                                      ("full_seq_lens", full_seq_lens)] + _scales(k_scale, v_scale),
+                     "tensor", "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
         ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse),
-        ("sinks", sinks), ("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)])
+        ("sinks", sinks), ("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)]
+        + _scales(k_scale, v_scale))
 
     params = _splitkv.PagedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -289,11 +302,14 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
                        batch_invariant)
     options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
-    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v), ("sinks", sinks)], "tensor",
-                     "attention is not computed in place")
+    _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v), ("sinks", sinks),
+                                      ("cu_seqlens_q", cu_seqlens_q),
+                                      ("cu_seqlens_kv", cu_seqlens_kv)]
+                     + _scales(k_scale, v_scale), "tensor", "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse), ("sinks", sinks)])
+        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse), ("sinks", sinks)]
+        + _scales(k_scale, v_scale))
 
     params = _splitkv.RaggedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)

@@ -196,10 +196,11 @@ void BindRaggedParams(py::module_& m) {
 // full path computes from host index tensors (CPU only: those pointers are host memory).
 //
 // What depends on the addresses is checked here too, before anything runs: a call whose
-// out shares a byte with q, k, v or sinks, or whose workspace shares one with any of its
-// tensors, launches nothing and returns false; the caller then takes the full path, which
-// refuses it with its message. The template holds each tensor's byte extent (first to
-// last element) for that: an address and its extent are all the check needs.
+// out or workspace shares a byte with any of its inputs (index and per-head scale tensors
+// included), or whose workspace shares one with out, launches nothing and returns false;
+// the caller then takes the full path, which refuses it with its message. The template
+// holds each tensor's byte extent (first to last element) for that, and the per-head scales'
+// from num_kv_heads: an address and its extent are all the check needs.
 
 // max(a[b + 1] - a[b]) over b < n (int64), or 0 for n == 0: _calls.longest on host data.
 int64_t LongestSegment(const int32_t* a, int64_t n) {
@@ -236,17 +237,34 @@ struct CallTemplate {
     std::copy(tensor_extents.begin(), tensor_extents.end(), extents.begin());
   }
 
-  // True if out shares a byte with q, k, v or sinks, or the workspace with any tensor.
+  // True if out shares a byte with any input (the index tensors too: the kernels read them
+  // while out is written), or the workspace with any tensor.
   bool SharesBytes(const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out,
                    const WorkspaceBuffer& workspace) const {
     const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
     const int64_t out_extent = extents[kNumInputs];
-    for (size_t i = 0; i < 4; ++i) {
+    for (size_t i = 0; i < kNumInputs; ++i) {
       if (Overlap(out, out_extent, inputs[i], extents[i])) return true;
     }
     if (Overlap(out, out_extent, base, workspace.bytes)) return true;
     for (size_t i = 0; i < kNumInputs; ++i) {
       if (Overlap(inputs[i], extents[i], base, workspace.bytes)) return true;
+    }
+    return false;
+  }
+
+  // True if out or the workspace shares a byte with a per-kv-head scale tensor (float32
+  // [num_kv_heads], contiguous; 0: a float or none): they are read while both are written.
+  bool ScalesShareBytes(std::uintptr_t k_scales, std::uintptr_t v_scales, std::uintptr_t out,
+                        const WorkspaceBuffer& workspace) const {
+    const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
+    const int64_t out_extent = extents[kNumInputs];
+    const int64_t scale_bytes = plan.num_kv_heads * static_cast<int64_t>(sizeof(float));
+    for (const std::uintptr_t scales : {k_scales, v_scales}) {
+      if (scales == 0) continue;
+      if (Overlap(out, out_extent, scales, scale_bytes) || Overlap(base, workspace.bytes, scales, scale_bytes)) {
+        return true;
+      }
     }
     return false;
   }
@@ -269,7 +287,8 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
                      std::uintptr_t k_scales, std::uintptr_t v_scales) {
   if (layout.SharesBytes(
           {q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens}, out,
-          workspace)) {
+          workspace) ||
+      layout.ScalesShareBytes(k_scales, v_scales, out, workspace)) {
     return false;
   }
   PagedAttentionParams p = layout.plan;
@@ -308,7 +327,10 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
                       std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
                       const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
                       std::uintptr_t k_scales, std::uintptr_t v_scales) {
-  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv}, out, workspace)) return false;
+  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv}, out, workspace) ||
+      layout.ScalesShareBytes(k_scales, v_scales, out, workspace)) {
+    return false;
+  }
   RaggedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k = Address<const void>(k);

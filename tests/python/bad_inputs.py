@@ -100,6 +100,46 @@ def _ws_over_out(p, ws, d):
     return _paged_call(p, buffer, out=out)
 
 
+def _out_over(p, index):
+    """(out for the paged problem's q, a copy of the int32 tensor `index` in out's first
+    bytes): an out that would overwrite an index tensor the kernels read meanwhile."""
+    out = torch.empty_like(p.q)
+    inside = out.view(-1).view(torch.int32)[:index.numel()]
+    inside.copy_(index)
+    return out, inside
+
+
+def _out_over_kv_offsets(p, ws, d):
+    out, offsets = _out_over(p, torch.zeros_like(p.seq_lens))
+    return _paged_call(p, ws, out=out, kv_offsets=offsets, full_seq_lens=p.seq_lens.clone())
+
+
+def _out_over_seq_lens(p, ws, d):
+    out, seq_lens = _out_over(p, p.seq_lens)
+    return _paged_call(p, ws, out=out, seq_lens=seq_lens)
+
+
+def _out_over_cu_seqlens_kv(p, ws, d):
+    out = torch.empty_like(p.q)
+    inside = out.view(-1).view(torch.int32)[:p.cu_seqlens_kv.numel()]
+    inside.copy_(p.cu_seqlens_kv)
+    return _ragged_call(p, ws, out=out, cu_seqlens_kv=inside)
+
+
+def _out_over_k_scale(p, ws, d):
+    out = torch.empty_like(p.q)
+    k_scale = out.view(-1).view(torch.float32)[:2]
+    k_scale.fill_(0.5)
+    return _paged_call(p, ws, out=out, kv_cache=p.kv_cache.to(torch.float8_e4m3fn),
+                       k_scale=k_scale, v_scale=0.25)
+
+
+def _ws_over_v_scale(p, ws, d):
+    buffer, v_scale = _in_workspace(d, torch.full((2,), 0.25, device=d), 9 << 20)
+    return _ragged_call(p, buffer, k=p.k.to(torch.float8_e4m3fn), v=p.v.to(torch.float8_e4m3fn),
+                        k_scale=0.5, v_scale=v_scale)
+
+
 def _ws_over_k(p, ws, d):
     buffer, k = _in_workspace(d, p.k, 10 << 20)
     return _ragged_call(p, buffer, k=k)
@@ -449,6 +489,29 @@ ROWS = [
         "seq_lens[b] <= full_seq_lens[b], got kv_offsets 10, seq_lens 37, full_seq_lens 40",
         lambda p, ws, d: _paged_call(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens), 0, 10),
                                      full_seq_lens=_edited(p.seq_lens, 0, 40)), "cpu"),
+    Row("out_overlaps_kv_offsets", "paged", "out holding kv_offsets", ValueError,
+        _P + "out overlaps kv_offsets: expected a tensor sharing no byte with kv_offsets, got "
+        "out bytes [0, 12) within kv_offsets's span; attention is not computed in place",
+        _out_over_kv_offsets),
+    Row("out_overlaps_seq_lens", "paged", "out holding seq_lens", ValueError,
+        _P + "out overlaps seq_lens: expected a tensor sharing no byte with seq_lens, got "
+        "out bytes [0, 12) within seq_lens's span; attention is not computed in place",
+        _out_over_seq_lens),
+    Row("out_overlaps_cu_seqlens_kv", "ragged", "out holding cu_seqlens_kv", ValueError,
+        _R + "out overlaps cu_seqlens_kv: expected a tensor sharing no byte with "
+        "cu_seqlens_kv, got out bytes [0, 16) within cu_seqlens_kv's span; attention is not "
+        "computed in place",
+        _out_over_cu_seqlens_kv),
+    Row("out_overlaps_k_scale", "paged", "out holding a per-head k_scale", ValueError,
+        _P + "out overlaps k_scale: expected a tensor sharing no byte with k_scale, got out "
+        "bytes [0, 8) within k_scale's span; attention is not computed in place",
+        _out_over_k_scale),
+    Row("workspace_overlaps_v_scale", "ragged", "workspace holding a per-head v_scale",
+        ValueError,
+        _R + "workspace overlaps v_scale: expected a buffer sharing no byte with v_scale, got "
+        "workspace bytes [9437184, 9437192) within v_scale's span; allocate the workspace on "
+        "its own (splitkv.Workspace)",
+        _ws_over_v_scale),
     # ---- splitkv.distributed.paged_attention (its other arguments: as paged_attention) ----
     Row("cp_kv_offsets_int64", "paged", "kv_offsets int64", TypeError,
         _D + "kv_offsets dtype unsupported: expected torch.int32, got torch.int64; pass "

@@ -71,6 +71,14 @@ def _cases(world):
     # every key on the last rank, with sinks and a window: rank 0's partial is sink only
     cases.append(cp.Case(lens, [[0] * world + [n] for n in lens], q_lens=[1, 3, 2, 40],
                          window_left=10, sinks=True, seed=14))
+    # Odd shapes (found while probing issue 20): a request with no query rows, one with no
+    # keys and two queries at positions -2 and -1, a chunk of 130 queries over 120 keys,
+    # shards of unequal sizes (3, 50, rest), rank 0 holding none of the last request, a
+    # window of 17 and sinks (rank 0's partial for that request is the sink alone).
+    uneven = lambda n: [0] + [min(n, 3 + 50 * (r - 1)) for r in range(1, world)] + [n]
+    cases.append(cp.Case([5, 0, 120, 33], [uneven(5), [0] * (world + 1), uneven(120),
+                                           [0] * world + [33]],
+                         q_lens=[0, 2, 130, 33], window_left=17, sinks=True, seed=15))
     return cases
 
 

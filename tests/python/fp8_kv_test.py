@@ -177,3 +177,37 @@ def test_paged_fp8_decode_long(device, dtype, head_dim, num_splits):
             problem, workspace, dict(sinks=sinks), poison_out=True, num_splits=num_splits,
             k_scale=k_scale.to(device), v_scale=v_scale)
         assert out.dtype == dtype
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["first", "cached"])
+def test_scale_tensors_overlapping_out_or_workspace_are_refused(cached):
+    # Per-head scales are read while out and the workspace are written: an out or workspace
+    # sharing their bytes was accepted (the workspace's scratch then overwrote the scales).
+    # Refused on the full path and on a cached layout's, the scales untouched.
+    from splitkv import _calls
+    problem = harness.make_paged([40, 16, 33], page_size=16, num_kv_heads=2, group=2,
+                                 head_dim=64, dtype=torch.bfloat16, seed=21)
+    fp8 = problem.kv_cache.to(torch.float8_e4m3fn)
+    workspace = splitkv.Workspace(32 << 20, "cpu")
+    v_scale = torch.full((2,), 0.25)
+    out = torch.empty_like(problem.q)
+    k_scale = out.view(-1).view(torch.float32)[:2]
+    k_scale.fill_(0.5)
+    inside = workspace.tensor[splitkv.COUNTER_REGION_BYTES:][:8].view(torch.float32)
+    if cached:  # the same layouts once with scales of their own
+        _calls._layouts.clear()
+        splitkv.paged_attention(problem.q, fp8, problem.block_tables, problem.seq_lens, workspace,
+                                out=torch.empty_like(out), k_scale=k_scale.clone(),
+                                v_scale=v_scale, num_splits=4)
+        splitkv.paged_attention(problem.q, fp8, problem.block_tables, problem.seq_lens,
+                                workspace.tensor, k_scale=0.5, v_scale=v_scale, num_splits=4)
+    inside.fill_(0.25)  # after the warm-up calls, whose scratch covers these bytes
+    with pytest.raises(ValueError, match="paged_attention: out overlaps k_scale"):
+        splitkv.paged_attention(problem.q, fp8, problem.block_tables, problem.seq_lens, workspace,
+                                out=out, k_scale=k_scale, v_scale=v_scale, num_splits=4)
+    with pytest.raises(ValueError, match="paged_attention: workspace overlaps v_scale"):
+        splitkv.paged_attention(problem.q, fp8, problem.block_tables, problem.seq_lens,
+                                workspace.tensor, k_scale=0.5, v_scale=inside, num_splits=4)
+    assert torch.equal(k_scale, torch.full((2,), 0.5))
+    assert torch.equal(inside, torch.full((2,), 0.25))
+    harness.assert_counter_region_zero(workspace)

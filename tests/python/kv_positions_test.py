@@ -271,3 +271,118 @@ def test_cuda_fp8_decode_and_prefill():
         _run_checked(problem, shards, as_int(shards.kv_offsets), as_int(shards.full_lens),
                      harness.shared_workspace("cuda"), window_left=150, k_scale=k_scale,
                      v_scale=v_scale)
+
+
+# ---- found by probing (issue 20's breaker): odd shards and an out over the index tensors ----
+
+
+def _independent_float64(problem, shards, causal=True, window_left=-1):
+    """float64 attention straight from the documented semantics, without splitkv_reference:
+    query i of request b at absolute position full_lens[b] - q_len + i, key t at
+    kv_offsets[b] + t; returns (out, lse) with 0 and -inf for rows that see no key."""
+    q = problem.q.cpu().double()
+    total_q, num_qo_heads, head_dim = q.shape
+    group = num_qo_heads // problem.keys[0].shape[1] if problem.keys else 1
+    out = torch.zeros(total_q, num_qo_heads, head_dim, dtype=torch.float64)
+    lse = torch.full((total_q, num_qo_heads), float("-inf"), dtype=torch.float64)
+    row = 0
+    for b, q_len in enumerate(problem.q_lens):
+        k, v = problem.keys[b].double(), problem.values[b].double()
+        key_pos = shards.kv_offsets[b] + torch.arange(k.shape[0], dtype=torch.int64)
+        for i in range(q_len):
+            pos = shards.full_lens[b] - q_len + i
+            seen = torch.ones(k.shape[0], dtype=torch.bool)
+            if causal:
+                seen &= key_pos <= pos
+            if window_left >= 0:
+                seen &= key_pos >= pos - window_left
+            if seen.any():
+                for h in range(num_qo_heads):
+                    logits = k[seen, h // group] @ q[row, h] / head_dim ** 0.5
+                    lse[row, h] = torch.logsumexp(logits, 0)
+                    out[row, h] = torch.softmax(logits, 0) @ v[seen, h // group]
+            row += 1
+    return out, lse
+
+
+_INT32_MAX = 2**31 - 1
+# Requests of 2^31 - 1 keys: shards at the start, at the very end, just before the end and in
+# the middle; positions near int32's limit (pos + 1 and pos - window_left must not wrap).
+_HUGE = Shards(seq_lens=[40, 33, 20, 5], kv_offsets=[0, _INT32_MAX - 33, _INT32_MAX - 100, 2**30],
+               full_lens=[_INT32_MAX] * 4, q_lens=[3, 5, 1, 4])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("window_left", [-1, 0, 60, _INT32_MAX - 1, _INT32_MAX])
+def test_positions_near_int32_max(device, causal, window_left):
+    harness.require(device, torch.bfloat16)
+    problem, offsets, fulls = _problem(_HUGE, device, torch.bfloat16, seed=11)
+    out, lse = _run_checked(problem, _HUGE, offsets, fulls, harness.shared_workspace(device),
+                            causal=causal, window_left=window_left)
+    expected, expected_lse = _independent_float64(problem, _HUGE, causal, window_left)
+    harness.assert_close(out, expected, torch.bfloat16)
+    harness.assert_lse_close(lse, expected_lse)
+    # Request 0's shard (positions 0..39) lies far before its queries: only a window of at
+    # least 2^31 - 41 keys (or none) reaches it.
+    reaches = window_left < 0 or window_left >= _INT32_MAX - 40
+    assert bool(torch.isfinite(lse[:3]).all()) == reaches
+
+
+# Empty query segments (q_len 0) beside rows that see nothing, empty shards, q_len above
+# the shard's keys and above full_seq_lens (queries at negative positions).
+_ODD = Shards(seq_lens=[0, 7, 33, 0, 16, 100], kv_offsets=[4, 0, 200, 0, 9, 1],
+              full_lens=[4, 7, 233, 0, 40, 101], q_lens=[3, 0, 50, 2, 0, 120])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kv_layout", ["HND", "NHD"])
+@pytest.mark.parametrize("options", [dict(), dict(window_left=1, num_splits=7),
+                                     dict(window_left=0, causal=False),
+                                     dict(window_left=40, logits_soft_cap=5.0)],
+                         ids=["plain", "w1-split7", "w0-full", "w40-cap"])
+def test_odd_shards_and_empty_segments(device, kv_layout, options):
+    harness.require(device, torch.float16, 128)
+    problem = harness.make_paged(_ODD.seq_lens, page_size=16, num_kv_heads=1, group=8,
+                                 head_dim=128, dtype=torch.float16, device=device,
+                                 kv_layout=kv_layout, q_lens=_ODD.q_lens, seed=12)
+    as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)
+    out, lse = _run_checked(problem, _ODD, as_int(_ODD.kv_offsets), as_int(_ODD.full_lens),
+                            harness.shared_workspace(device), **options)
+    if "logits_soft_cap" not in options:
+        expected, expected_lse = _independent_float64(problem, _ODD, options.get("causal", True),
+                                                      options.get("window_left", -1))
+        harness.assert_close(out, expected, torch.float16)
+        harness.assert_lse_close(lse, expected_lse)
+    # Request 0: no keys; request 3: no keys and queries at positions -2, -1.
+    assert torch.all(out[:3] == 0) and torch.all(lse[:3] == float("-inf"))
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["first", "cached"])
+@pytest.mark.parametrize("index", ["kv_offsets", "full_seq_lens", "seq_lens"])
+def test_out_over_an_index_tensor_is_refused(index, cached):
+    # The kernels read the index tensors while other tasks write out: an out sharing their
+    # bytes was accepted (and an out over seq_lens crashed the process, reading pages past
+    # the cache). Refused on the full path and on the cached layout's, counters left zero.
+    problem, offsets, fulls = _problem(_DECODE, "cpu", torch.float32, seed=13)
+    workspace = harness.shared_workspace("cpu")
+    out = torch.empty_like(problem.q)
+    inside = out.view(-1).view(torch.int32)[:len(_DECODE.seq_lens)]
+    tensors = dict(seq_lens=problem.seq_lens, kv_offsets=offsets, full_seq_lens=fulls)
+    inside.copy_(tensors[index])
+    before = inside.clone()
+    tensors[index] = inside
+    if cached:  # the same layout once with an out of its own
+        _calls._layouts.clear()
+        splitkv.paged_attention(problem.q, problem.kv_cache, problem.block_tables,
+                                tensors["seq_lens"], workspace, out=torch.empty_like(out),
+                                kv_offsets=tensors["kv_offsets"],
+                                full_seq_lens=tensors["full_seq_lens"])
+    with pytest.raises(ValueError, match=f"paged_attention: out overlaps {index}: expected a "
+                                         f"tensor sharing no byte with {index}"):
+        splitkv.paged_attention(problem.q, problem.kv_cache, problem.block_tables,
+                                tensors["seq_lens"], workspace, out=out,
+                                kv_offsets=tensors["kv_offsets"],
+                                full_seq_lens=tensors["full_seq_lens"])
+    assert torch.equal(inside, before)
+    harness.assert_counter_region_zero(workspace)
