@@ -53,7 +53,9 @@ def merge_states(outs, lses):
     ``-inf``, never NaN. A row with exactly one partial above ``-inf`` gives that partial's
     out and lse back bitwise (``w_s / total`` is exactly 1). Deterministic: the same inputs
     give bitwise the same result (fixed order, no atomics). NaN in ``lses`` or in a
-    weighted ``outs[s]`` propagates.
+    weighted ``outs[s]`` propagates; so does a ``+inf`` in ``lses`` (``exp(inf - inf)`` is
+    NaN): out and lse of that row are NaN, as :func:`splitkv.paged_attention` gives for a
+    ``+inf`` sink.
 
     Parameters
     ----------
