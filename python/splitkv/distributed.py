@@ -80,7 +80,7 @@ def _all_gather(out, lse, group):
 def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_lens, workspace, *,
                     group=None, cu_seqlens_q=None, kv_layout="HND", sm_scale=None, causal=True,
                     window_left=-1, logits_soft_cap=0.0, num_splits=None, return_lse=False,
-                    max_q_len=None, sinks=None, k_scale=None, v_scale=None):
+                    max_q_len=None, sinks=None, k_scale=None, v_scale=None, batch_invariant=False):
     """Paged attention (decode, chunked prefill) with each request's keys sharded over the
     ranks of a process group; every rank gets the whole result.
 
@@ -105,7 +105,10 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
     call within the dtype's rounding, NOT bitwise: each partial is rounded to q's dtype
     before the merge and merged by its LSE (one launch merges its splits from float32
     partials and (max, sum) statistics), and the shards' boundaries need not fall on the
-    single call's split boundaries.
+    single call's split boundaries. With ``batch_invariant=True`` a request's result is
+    bitwise the same whatever other requests share the call (each rank's partial is, the
+    gather moves bytes, and the merge works row by row in rank order), though still not
+    bitwise the single-device call's.
 
     Parameters
     ----------
@@ -149,6 +152,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
         This rank's fp8 cache scales; as :func:`splitkv.paged_attention`.
     return_lse : bool, default False
         Also return the merged log-sum-exp.
+    batch_invariant : bool, default False
+        Each rank's launch as :func:`splitkv.paged_attention` with ``batch_invariant``: a
+        request's merged out and lse then depend on its own queries and shards only.
 
     Returns
     -------
@@ -189,7 +195,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
         kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
         logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=True,
         max_q_len=max_q_len, sinks=sinks, k_scale=k_scale, v_scale=v_scale,
-        kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
+        kv_offsets=kv_offsets, full_seq_lens=full_seq_lens, batch_invariant=batch_invariant)
     if out.numel() == 0:
         merged_out, merged_lse = out, lse
     else:

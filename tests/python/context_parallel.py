@@ -39,6 +39,7 @@ class Case:
     seed: int = 0
     window_left: int = -1
     sinks: bool = False  # random per-head sinks (from the seed), the same on every rank
+    batch_invariant: bool = False
 
 
 def even_bounds(full_lens, world, page_size=None):
@@ -133,7 +134,22 @@ def run_sharded(case, problem, rank, workspace, device, group=None):
     return splitkv.distributed.paged_attention(
         problem.q, kv, tables, lens, offsets, full, workspace, group=group,
         cu_seqlens_q=problem.cu_seqlens_q, causal=case.causal, window_left=case.window_left,
-        sinks=problem.sinks, num_splits=case.num_splits, return_lse=True)
+        sinks=problem.sinks, num_splits=case.num_splits, return_lse=True,
+        batch_invariant=case.batch_invariant)
+
+
+def sub_batch(case, problem, b):
+    """Request b of (case, problem) alone: the same queries, keys, values and shards."""
+    q_lens = case.q_lens or [1] * len(case.full_lens)
+    row = sum(q_lens[:b])
+    cu = None
+    if case.q_lens is not None:
+        cu = torch.tensor([0, q_lens[b]], dtype=torch.int32, device=problem.q.device)
+    sub_case = dataclasses.replace(case, full_lens=[case.full_lens[b]], bounds=[case.bounds[b]],
+                                   q_lens=None if case.q_lens is None else [q_lens[b]])
+    sub_problem = Problem(problem.q[row:row + q_lens[b]], cu, [problem.keys[b]], [problem.values[b]],
+                          problem.sinks)
+    return sub_case, sub_problem, (row, row + q_lens[b])
 
 
 def run_single(case, problem, workspace, device):
@@ -143,7 +159,8 @@ def run_single(case, problem, workspace, device):
     return splitkv.paged_attention(problem.q, kv, tables, lens, workspace,
                                    cu_seqlens_q=problem.cu_seqlens_q, causal=case.causal,
                                    window_left=case.window_left, sinks=problem.sinks,
-                                   num_splits=case.num_splits, return_lse=True)
+                                   num_splits=case.num_splits, return_lse=True,
+                                   batch_invariant=case.batch_invariant)
 
 
 def init_group(rank, world, store_path, backend):

@@ -14,6 +14,7 @@ windows over absolute positions (shards wholly before a query's window, cut by i
 it) and sinks (entered once, through rank 0's partial).
 """
 
+import dataclasses
 import multiprocessing
 import os
 
@@ -101,6 +102,7 @@ def _worker(rank, world, store_path, device_type):
         for i, case in enumerate(_cases(world)):
             case = _on_device(case, device_type)
             _check_case(f"case {i}", case, rank, world, workspace, device)
+        _check_batch_invariance(world, rank, workspace, device, device_type)
         if world == 3:
             # group=: ranks 0 and 2 share the keys, rank 1 stays out of the call.
             pair = dist.new_group([0, 2])
@@ -110,6 +112,33 @@ def _worker(rank, world, store_path, device_type):
                     _check_case(f"pair case {i}", case, rank // 2, 2, workspace, device, pair)
     finally:
         dist.destroy_process_group()
+
+
+def _check_batch_invariance(world, rank, workspace, device, device_type):
+    """batch_invariant=True: each request's merged rows are bitwise the same alone as in the
+    batch (each rank's partial is batch-invariant, the gather moves bytes, the merge is per
+    row in rank order), for decode and chunked prefill, windows and sinks included."""
+    even = lambda lens: cp.even_bounds(lens, world, 16)
+    lens = [3000, 40, 700, 1, 2100]
+    cases = [cp.Case(lens, even(lens), batch_invariant=True, seed=11),
+             cp.Case(lens, even(lens), q_lens=[5, 40, 1, 1, 17], batch_invariant=True,
+                     window_left=300, sinks=True, seed=12)]
+    for i, case in enumerate(cases):
+        case = _on_device(case, device_type)
+        problem = cp.make_problem(case, device)
+        out, lse = cp.run_sharded(case, problem, rank, workspace, device)
+        for b in range(len(lens)):
+            sub_case, sub_problem, (lo, hi) = cp.sub_batch(case, problem, b)
+            alone_out, alone_lse = cp.run_sharded(sub_case, sub_problem, rank, workspace, device)
+            name = f"batch-invariant case {i}, request {b}"
+            assert torch.equal(alone_out, out[lo:hi]), name
+            assert torch.equal(alone_lse, lse[lo:hi]), name
+        # The default mode computes the same function (within rounding).
+        default = dataclasses.replace(case, batch_invariant=False)
+        plain_out, _ = cp.run_sharded(default, problem, rank, workspace, device)
+        torch.testing.assert_close(plain_out, out, atol=_TOLERANCE[case.dtype][0],
+                                   rtol=_TOLERANCE[case.dtype][1])
+    assert int(workspace.counter_region().count_nonzero()) == 0
 
 
 def _check_case(name, case, rank, world, workspace, device, group=None):
