@@ -65,6 +65,21 @@ class PagedCopy:
     seq_lens: torch.Tensor  # [batch] int32
 
 
+def _page_pool(num_requests, pages_per_seq, num_kv_heads, page_size, head_dim, dtype, device,
+               kv_layout, generator):
+    """A cache of random pages, pages_per_seq per request in random order: (cache, the same
+    storage seen as HND so one fill serves both layouts, the page order [num_requests,
+    pages_per_seq], block_tables int32)."""
+    num_pages = num_requests * pages_per_seq
+    page_shape = ((num_kv_heads, page_size, head_dim) if kv_layout == "HND"
+                  else (page_size, num_kv_heads, head_dim))
+    cache = randn((num_pages, 2) + page_shape, dtype, device, generator)
+    cache_hnd = cache if kv_layout == "HND" else cache.transpose(2, 3)
+    order = torch.randperm(num_pages, device=device, generator=generator)
+    pages = order.view(num_requests, pages_per_seq)
+    return cache, cache_hnd, pages, pages.to(torch.int32)
+
+
 def paged_copy(copy, page_size, kv_layout, generator, chunk_bytes=512 << 20):
     """copy's KV scattered into pages in random order; the tails of last pages are random.
 
@@ -72,16 +87,9 @@ def paged_copy(copy, page_size, kv_layout, generator, chunk_bytes=512 << 20):
     """
     batch, num_kv_heads, kv_len, head_dim = copy.k.shape
     device, dtype = copy.k.device, copy.k.dtype
-    pages_per_seq = -(-kv_len // page_size)
-    num_pages = batch * pages_per_seq
-    page_shape = ((num_kv_heads, page_size, head_dim) if kv_layout == "HND"
-                  else (page_size, num_kv_heads, head_dim))
-    cache = randn((num_pages, 2) + page_shape, dtype, device, generator)
-    # The same storage seen as HND, so one fill serves both layouts.
-    cache_hnd = cache if kv_layout == "HND" else cache.transpose(2, 3)
-    order = torch.randperm(num_pages, device=device, generator=generator)
-    block_tables = order.to(torch.int32).view(batch, pages_per_seq)
-    pages = order.view(batch, pages_per_seq)
+    cache, cache_hnd, pages, block_tables = _page_pool(
+        batch, -(-kv_len // page_size), num_kv_heads, page_size, head_dim, dtype, device, kv_layout,
+        generator)
     full, rem = divmod(kv_len, page_size)
     per_request = num_kv_heads * kv_len * head_dim * copy.k.element_size()
     step = max(1, chunk_bytes // max(1, per_request))
@@ -155,23 +163,18 @@ def paged_prefill_copy(copy, lengths, page_size, kv_layout, generator):
     prefilled as one chunk over a paged cache, as a serving engine's chunked prefill reads it."""
     device, dtype = copy.k.device, copy.k.dtype
     _, num_kv_heads, head_dim = copy.k.shape
-    pages_per_seq = -(-max(lengths) // page_size)
-    num_pages = len(lengths) * pages_per_seq
-    page_shape = ((num_kv_heads, page_size, head_dim) if kv_layout == "HND"
-                  else (page_size, num_kv_heads, head_dim))
-    cache = randn((num_pages, 2) + page_shape, dtype, device, generator)
-    cache_hnd = cache if kv_layout == "HND" else cache.transpose(2, 3)  # one fill, both layouts
-    order = torch.randperm(num_pages, device=device, generator=generator)
-    block_tables = order.to(torch.int32).view(len(lengths), pages_per_seq)
+    cache, cache_hnd, pages, block_tables = _page_pool(
+        len(lengths), -(-max(lengths) // page_size), num_kv_heads, page_size, head_dim, dtype, device,
+        kv_layout, generator)
     begin = 0
     for b, n in enumerate(lengths):
         used = -(-n // page_size)
         for half, x in enumerate((copy.k, copy.v)):
             tokens = torch.empty((used * page_size, num_kv_heads, head_dim), dtype=dtype, device=device)
-            tokens[n:] = cache_hnd[order[b * pages_per_seq + used - 1], half].transpose(0, 1)[
+            tokens[n:] = cache_hnd[pages[b, used - 1], half].transpose(0, 1)[
                 n - (used - 1) * page_size:]  # the last page's tail keeps its random values
             tokens[:n] = x[begin:begin + n]
-            cache_hnd[order[b * pages_per_seq:b * pages_per_seq + used], half] = tokens.view(
+            cache_hnd[pages[b, :used], half] = tokens.view(
                 used, page_size, num_kv_heads, head_dim).transpose(1, 2)
         begin += n
     seq_lens = torch.tensor(lengths, dtype=torch.int32, device=device)

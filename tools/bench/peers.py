@@ -128,38 +128,46 @@ def flex_decode(ctx, copies):
 # ---- decode over the paged cache ----
 
 
+def _splitkv_prepared(ctx, copies, op, plan_op, args, options, variant="planned"):
+    """A splitkv row's calls over its input copies: op(*args(copy), workspace, out=its own out,
+    **options(copy)) each, planned once on copy 0 for the row's num_splits; check() poisons copy
+    0's out with NaN first, so every element must be written."""
+    outs = [torch.empty_like(c.q) for c in copies]
+
+    def call(i):
+        return op(*args(copies[i]), ctx.workspace, out=outs[i], **options(copies[i]))
+
+    plan = plan_op(*args(copies[0]), ctx.workspace, out=outs[0], **options(copies[0]))
+
+    def check():
+        outs[0].fill_(float("nan"))  # every element must be written
+        return call(0)
+
+    return Prepared([lambda i=i: call(i) for i in range(len(copies))], check, variant,
+                    num_splits=plan.num_splits)
+
+
+def _scale_options(kv_scale):
+    """k_scale = v_scale = kv_scale for an fp8 cache; nothing for None."""
+    return {} if kv_scale is None else dict(k_scale=kv_scale, v_scale=kv_scale)
+
+
+def _paged_args(p):
+    return p.q, p.kv_cache, p.block_tables, p.seq_lens
+
+
 def splitkv_paged(num_splits=None, kv_scale=None, sinks=None):
     """splitkv's paged decode; kv_scale: k_scale = v_scale of an fp8 cache; sinks: a
     [num_qo_heads] tensor."""
 
     def prepare(ctx, paged):
-        outs = [torch.empty_like(p.q) for p in paged]
-        extra = {}
-        if kv_scale is not None:
-            extra.update(k_scale=kv_scale, v_scale=kv_scale)
+        options = dict(kv_layout=ctx.kv_layout, max_q_len=1, num_splits=num_splits,
+                       **_scale_options(kv_scale))
         if sinks is not None:
-            extra.update(sinks=sinks)
-
-        def kwargs(i):
-            return dict(kv_layout=ctx.kv_layout, out=outs[i], max_q_len=1, num_splits=num_splits,
-                        **extra)
-
-        def call(i):
-            p = paged[i]
-            return splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens,
-                                           ctx.workspace, **kwargs(i))
-
-        p = paged[0]
-        plan = splitkv.plan_paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens,
-                                            ctx.workspace, **kwargs(0))
-
-        def check():
-            outs[0].fill_(float("nan"))  # every element must be written
-            return call(0)
-
-        return Prepared([lambda i=i: call(i) for i in range(len(paged))], check,
-                        "planned" if num_splits is None else f"forced {num_splits}",
-                        num_splits=plan.num_splits)
+            options.update(sinks=sinks)
+        return _splitkv_prepared(ctx, paged, splitkv.paged_attention, splitkv.plan_paged_attention,
+                                 _paged_args, lambda p: options,
+                                 "planned" if num_splits is None else f"forced {num_splits}")
 
     return prepare
 
@@ -294,24 +302,9 @@ def splitkv_ragged(kv_scale=None):
     def prepare(ctx, copies):
         case = ctx.case
         cu = inputs.cu_seqlens(case.lengths, ctx.device)
-        outs = [torch.empty_like(c.q) for c in copies]
-        extra = {} if kv_scale is None else dict(k_scale=kv_scale, v_scale=kv_scale)
-
-        def call(i):
-            c = copies[i]
-            return splitkv.ragged_attention(c.q, c.k, c.v, cu, cu, ctx.workspace, causal=case.causal,
-                                            out=outs[i], max_q_len=max(case.lengths), **extra)
-
-        c = copies[0]
-        plan = splitkv.plan_ragged_attention(c.q, c.k, c.v, cu, cu, ctx.workspace, causal=case.causal,
-                                             out=outs[0], max_q_len=max(case.lengths), **extra)
-
-        def check():
-            outs[0].fill_(float("nan"))
-            return call(0)
-
-        return Prepared([lambda i=i: call(i) for i in range(len(copies))], check, "planned",
-                        num_splits=plan.num_splits)
+        options = dict(causal=case.causal, max_q_len=max(case.lengths), **_scale_options(kv_scale))
+        return _splitkv_prepared(ctx, copies, splitkv.ragged_attention, splitkv.plan_ragged_attention,
+                                 lambda c: (c.q, c.k, c.v, cu, cu), lambda c: options)
 
     return prepare
 
@@ -322,28 +315,10 @@ def splitkv_paged_prefill(kv_scale=None):
 
     def prepare(ctx, paged):
         case = ctx.case
-        outs = [torch.empty_like(p.q) for p in paged]
-        extra = {} if kv_scale is None else dict(k_scale=kv_scale, v_scale=kv_scale)
-
-        def kwargs(i):
-            return dict(cu_seqlens_q=paged[i].cu_seqlens_q, kv_layout=ctx.kv_layout, causal=case.causal,
-                        out=outs[i], max_q_len=max(case.lengths), **extra)
-
-        def call(i):
-            p = paged[i]
-            return splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ctx.workspace,
-                                           **kwargs(i))
-
-        p = paged[0]
-        plan = splitkv.plan_paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ctx.workspace,
-                                            **kwargs(0))
-
-        def check():
-            outs[0].fill_(float("nan"))
-            return call(0)
-
-        return Prepared([lambda i=i: call(i) for i in range(len(paged))], check, "planned",
-                        num_splits=plan.num_splits)
+        options = dict(kv_layout=ctx.kv_layout, causal=case.causal, max_q_len=max(case.lengths),
+                       **_scale_options(kv_scale))
+        return _splitkv_prepared(ctx, paged, splitkv.paged_attention, splitkv.plan_paged_attention,
+                                 _paged_args, lambda p: dict(cu_seqlens_q=p.cu_seqlens_q, **options))
 
     return prepare
 
