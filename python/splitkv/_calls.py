@@ -231,19 +231,19 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
                        batch_invariant)
     options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    scales = _scales(k_scale, v_scale)
     # Index tensors too: the kernels read them while other tasks write out (an out over
     # seq_lens could send a later read past the cache).
     _checks.disjoint(op, "out", out, [("q", q), ("kv_cache", k), ("kv_cache", v),
                                       ("sinks", sinks), ("block_tables", block_tables),
                                       ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q),
                                       ("kv_offsets", kv_offsets),
-                                      ("full_seq_lens", full_seq_lens)] + _scales(k_scale, v_scale),
+                                      ("full_seq_lens", full_seq_lens)] + scales,
                      "tensor", "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("kv_cache", k), ("kv_cache", v), ("block_tables", block_tables),
         ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("out", out), ("lse", lse),
-        ("sinks", sinks), ("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)]
-        + _scales(k_scale, v_scale))
+        ("sinks", sinks), ("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)] + scales)
 
     params = _splitkv.PagedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -302,14 +302,14 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
                        batch_invariant)
     options.sinks = _checks.sinks(op, sinks, q)
     out, lse = _outputs(op, q, out, return_lse, launch)
+    scales = _scales(k_scale, v_scale)
     _checks.disjoint(op, "out", out, [("q", q), ("k", k), ("v", v), ("sinks", sinks),
                                       ("cu_seqlens_q", cu_seqlens_q),
                                       ("cu_seqlens_kv", cu_seqlens_kv)]
-                     + _scales(k_scale, v_scale), "tensor", "attention is not computed in place")
+                     + scales, "tensor", "attention is not computed in place")
     ws = _workspace(op, workspace, q, [
         ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse), ("sinks", sinks)]
-        + _scales(k_scale, v_scale))
+        ("cu_seqlens_kv", cu_seqlens_kv), ("out", out), ("lse", lse), ("sinks", sinks)] + scales)
 
     params = _splitkv.RaggedAttentionParams()
     _fill_common(params, q, out, lse, dtype, backend, options, ws)
@@ -392,10 +392,7 @@ def _launch(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale)
     if c_workspace is None:  # a user's tensor: no cached view
         c_workspace = workspace_module.c_workspace(workspace, buffer)
         busy = workspace_module.busy_key(buffer)
-    if k_scale is None and v_scale is None:
-        scales = (0, 0)
-    else:
-        scales = _scale_addresses(k_scale, v_scale)
+    scales = _scale_addresses(k_scale, v_scale)
     workspace_module.acquire(op, busy)
     try:
         if workspace_module.CHECK_EVERY_CALL:
@@ -520,9 +517,8 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                      0 if kv_offsets is None else kv_offsets.data_ptr(),
                      0 if full_seq_lens is None else full_seq_lens.data_ptr(), result.data_ptr(),
                      0 if lse is None else lse.data_ptr())
-        call_max_q_len = (layout.max_q_len if not layout.host_max_q_len
-                          else _call_max_q_len(layout, cu_seqlens_q, True))
-        if _launch(op, layout, addresses, workspace, view, call_max_q_len, k_scale, v_scale):
+        if _launch(op, layout, addresses, workspace, view, _call_max_q_len(layout, cu_seqlens_q, True),
+                   k_scale, v_scale):
             return result, lse
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
@@ -582,9 +578,8 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                      0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
                      cu_seqlens_kv.data_ptr(), result.data_ptr(),
                      0 if lse is None else lse.data_ptr())
-        call_max_q_len = (layout.max_q_len if not layout.host_max_q_len
-                          else _call_max_q_len(layout, cu_seqlens_q, False))
-        if _launch(op, layout, addresses, workspace, view, call_max_q_len, k_scale, v_scale):
+        if _launch(op, layout, addresses, workspace, view, _call_max_q_len(layout, cu_seqlens_q, False),
+                   k_scale, v_scale):
             return result, lse
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
