@@ -8,10 +8,14 @@ V rows it zeroes, partial query tiles, a window), attention sinks (decode split,
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
 batch-invariant calls (sm_90: every one on the decode kernel, ragged K/V by row copies), and
-paged calls over shards of longer requests (kv_offsets, full_seq_lens) with windows. Prints one line per case; exits nonzero if a result is off or a counter stays
-set (the sanitizer's own exit code reports its findings).
+paged calls over shards of longer requests (kv_offsets, full_seq_lens) with windows, and
+paged prefill on the sm_90 wgmma kernel by page-box tensor copies (HND and NHD, pages of 8,
+16 and 64 slots, head_dim 64/128/256, a window whose first key is inside a page box,
+kv_offsets). Prints one line per case; exits nonzero if a result is off or a counter stays
+set (the sanitizer's own exit code reports its findings). An argument runs only the cases
+whose name contains it.
 
-    compute-sanitizer --tool racecheck python3 tools/gpu/sanitizer_cases.py
+    compute-sanitizer --tool racecheck python3 tools/gpu/sanitizer_cases.py [substring]
 """
 
 import sys
@@ -158,10 +162,26 @@ def main():
                                    dtype=torch.float16, device="cuda", q_lens=[70, 150, 40]),
                 [0, 30, 100], [70, 300, 130]),
          dict(num_splits=2, max_q_len=150, window_left=60, sinks=torch.linspace(-2, 2, 4, device="cuda"))),
+        ("paged wgmma prefill (sm_90), bf16 d128 HND page 16, window, page tails NaN, 1 split",
+         harness.make_paged([300, 40, 129], page_size=16, group=4, head_dim=128,
+                            dtype=torch.bfloat16, device="cuda", q_lens=[130, 40, 3]),
+         dict(num_splits=1, window_left=70)),
+        ("paged wgmma prefill (sm_90), f16 d64 NHD page 8, non-causal, sinks, 1 split",
+         harness.make_paged([200, 9], page_size=8, group=2, head_dim=64, dtype=torch.float16,
+                            device="cuda", kv_layout="NHD", q_lens=[150, 9]),
+         dict(num_splits=1, causal=False, sinks=torch.linspace(-2, 2, 4, device="cuda"))),
+        ("paged wgmma prefill (sm_90) over shards (kv_offsets), bf16 d256 NHD page 64, window, 1 split",
+         _Shard(harness.make_paged([300, 70], page_size=64, group=4, head_dim=256,
+                                   dtype=torch.bfloat16, device="cuda", kv_layout="NHD",
+                                   q_lens=[100, 90]),
+                [50, 0], [450, 70]),
+         dict(num_splits=1, window_left=90)),
         ("ragged non-causal, 1 split, strided",
          harness.make_ragged([65, 7], [65, 100], group=1, head_dim=64, dtype=torch.bfloat16,
                              device="cuda", strided=True), dict(num_splits=1, causal=False, max_q_len=65)),
     ]
+    if len(sys.argv) > 1:
+        cases = [case for case in cases if sys.argv[1] in case[0]]
     failed = 0
     for name, problem, options in cases:
         out, lse = problem.run(workspace, return_lse=True, **options)

@@ -228,6 +228,11 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
     maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
   }
   auto stream = static_cast<cudaStream_t>(p.stream);
+  // Hopper prefill tiles: the wgmma + TMA kernel over the cache's page maps where it serves
+  // the call (prefill_sm90.h says which), else mma.sync. Batch-invariant mode never runs it.
+  if (!invariant && tile.kind == TileKind::kPrefill && LaunchPagedPrefillSm90(p, plan, k, kv, stream, kPagedOp)) {
+    return;
+  }
   // The plan was sized by Traits() for this tile kind and head_dim: its workers are the split
   // grid's CTAs that fit on the device at once.
   const int64_t workers = plan.num_workers;

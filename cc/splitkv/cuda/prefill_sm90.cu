@@ -1,4 +1,4 @@
-// Host side of the Hopper ragged-prefill kernel: eligibility, the three TMA tensor maps
+// Host side of the Hopper prefill kernel, ragged and paged: eligibility, the TMA tensor maps
 // (tensor_map.h), the launch.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include "cc/splitkv/cuda/prefill_sm90.cuh"
 #include "cc/splitkv/cuda/prefill_sm90.h"
 #include "cc/splitkv/cuda/tensor_map.h"
+#include "cc/splitkv/cuda/tile_config.h"
 
 namespace splitkv::cuda {
 namespace {
@@ -30,11 +31,11 @@ bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t head_dim
   return EncodeTensorMap(map, dtype, base, 3, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kPaged>
 void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, const PrefillSm90Params& params,
             int64_t num_ctas, cudaStream_t stream, const char* op) {
   using S = PrefillSm90Shape<kHeadDim>;
-  constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim>;
+  constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim, kPaged>;
   static std::atomic<uint64_t> done_devices{0};
   int device = 0;
   CheckCuda(cudaGetDevice(&device), op);
@@ -48,6 +49,57 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
   kernel<<<static_cast<unsigned>(num_ctas), S::kThreads, S::kSmemBytes, stream>>>(
       q, k, v, params);
   CheckCuda(cudaGetLastError(), op);
+}
+
+template <bool kPaged>
+void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v,
+               const PrefillSm90Params& params, int64_t num_ctas, cudaStream_t stream, const char* op) {
+  const bool bf16 = dtype == DType::kBFloat16;
+  if (head_dim == 64) {
+    bf16 ? Launch<__nv_bfloat16, 64, kPaged>(q, k, v, params, num_ctas, stream, op)
+         : Launch<__half, 64, kPaged>(q, k, v, params, num_ctas, stream, op);
+  } else if (head_dim == 256) {
+    bf16 ? Launch<__nv_bfloat16, 256, kPaged>(q, k, v, params, num_ctas, stream, op)
+         : Launch<__half, 256, kPaged>(q, k, v, params, num_ctas, stream, op);
+  } else {
+    bf16 ? Launch<__nv_bfloat16, 128, kPaged>(q, k, v, params, num_ctas, stream, op)
+         : Launch<__half, 128, kPaged>(q, k, v, params, num_ctas, stream, op);
+  }
+}
+
+// What both operations need of a call (Params: RaggedAttentionParams or
+// PagedAttentionParams): the kernel's head_dims and dtypes, one split, 16-bit K/V, a group
+// dividing the 128-row tile, 16-byte-aligned q and k/v, an sm_90a device, and the grid's
+// CTAs (returned in num_ctas, with the tile tokens and q tiles in params).
+template <typename Params>
+bool Serves(const Params& p, const SplitPlan& plan, const AttentionKernelParams& k, const char* op,
+            PrefillSm90Params& params, int64_t& num_ctas) {
+  if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || plan.num_splits != 1) return false;
+  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
+  if (p.kv_storage.fp8_e4m3) return false;  // fp8 runs the mma.sync kernel
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for every head_dim
+  if (group < 1 || group > kRows || kRows % group != 0) return false;
+  // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
+  if (!k.q_vec || !k.kv_vec || p.total_q < 1) return false;
+  if (TensorMapsDisabled() || !DeviceRunsSm90a(op)) return false;
+
+  const int64_t tile_tokens = kRows / group;
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
+  const int64_t num_q_tiles = (max_q + tile_tokens - 1) / tile_tokens;
+  num_ctas = p.batch_size * p.num_kv_heads * num_q_tiles;
+  if (num_ctas < 1 || num_ctas > 2147483647) return false;
+  params.p = k;
+  params.q_tile_tokens = static_cast<int32_t>(tile_tokens);
+  params.num_q_tiles = static_cast<int32_t>(num_q_tiles);
+  return true;
+}
+
+// q as the kernel reads it: boxes of group heads x the tile's tokens.
+template <typename Params>
+bool EncodeQ(CUtensorMap* map, const Params& p, const PrefillSm90Params& params) {
+  return EncodeMap(map, p.dtype, p.q, p.head_dim, p.num_qo_heads, p.total_q, p.q_stride_head, p.q_stride_token,
+                   static_cast<uint32_t>(params.p.group_size), static_cast<uint32_t>(params.q_tile_tokens));
 }
 
 }  // namespace
@@ -70,49 +122,40 @@ bool DeviceRunsSm90a(const char* op) {
 
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op) {
-  if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || plan.num_splits != 1) return false;
-  if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
-  if (p.kv_storage.fp8_e4m3) return false;  // fp8 runs the mma.sync kernel
-  const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for every head_dim
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  if (p.total_kv < 1 || !Serves(p, plan, k, op, params, num_ctas)) return false;
   const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));
-  if (group < 1 || group > kRows || kRows % group != 0) return false;
-  // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
-  if (!k.q_vec || !k.kv_vec || p.total_kv < 1 || p.total_q < 1) return false;
-  if (TensorMapsDisabled() || !DeviceRunsSm90a(op)) return false;
-
-  const int64_t tile_tokens = kRows / group;
-  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
-  const int64_t num_q_tiles = (max_q + tile_tokens - 1) / tile_tokens;
-  const int64_t num_ctas = p.batch_size * p.num_kv_heads * num_q_tiles;
-  if (num_ctas < 1 || num_ctas > 2147483647) return false;
-
   CUtensorMap tm_q, tm_k, tm_v;
-  if (!EncodeMap(&tm_q, p.dtype, p.q, p.head_dim, p.num_qo_heads, p.total_q, p.q_stride_head, p.q_stride_token,
-                 static_cast<uint32_t>(group), static_cast<uint32_t>(tile_tokens)) ||
+  if (!EncodeQ(&tm_q, p, params) ||
       !EncodeMap(&tm_k, p.dtype, p.k, p.head_dim, p.num_kv_heads, p.total_kv, p.k_stride_head, p.k_stride_token,
                  1, block_n) ||
       !EncodeMap(&tm_v, p.dtype, p.v, p.head_dim, p.num_kv_heads, p.total_kv, p.v_stride_head, p.v_stride_token,
                  1, block_n)) {
     return false;
   }
-
-  PrefillSm90Params params;
-  params.p = k;
   params.cu_seqlens_kv = p.cu_seqlens_kv;
-  params.q_tile_tokens = static_cast<int32_t>(tile_tokens);
-  params.num_q_tiles = static_cast<int32_t>(num_q_tiles);
-  const bool bf16 = p.dtype == DType::kBFloat16;
-  if (p.head_dim == 64) {
-    bf16 ? Launch<__nv_bfloat16, 64>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
-         : Launch<__half, 64>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
-  } else if (p.head_dim == 256) {
-    bf16 ? Launch<__nv_bfloat16, 256>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
-         : Launch<__half, 256>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
-  } else {
-    bf16 ? Launch<__nv_bfloat16, 128>(tm_q, tm_k, tm_v, params, num_ctas, stream, op)
-         : Launch<__half, 128>(tm_q, tm_k, tm_v, params, num_ctas, stream, op);
-  }
+  LaunchFor<false>(p.dtype, p.head_dim, tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+  return true;
+}
+
+bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                            const PagedKvParams& kv, cudaStream_t stream, const char* op) {
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  // One query per request (no cu_seqlens_q) is a decode call: decode tiles, never here.
+  if (p.cu_seqlens_q == nullptr || !Serves(p, plan, k, op, params, num_ctas)) return false;
+  // The decode kernel's maps (boxes of min(page_size, 64) slots: a power of two dividing the
+  // 128- or 64-key block), so a serving loop's decode and prefill calls share the cached
+  // encoding. Pages under 8 slots, or caches the maps cannot describe, get none.
+  const PagedKvMaps maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
+  if (maps.box_rows < 8 || PrefillSm90BlockKeys(static_cast<int>(p.head_dim)) % maps.box_rows != 0) return false;
+  CUtensorMap tm_q;
+  if (!EncodeQ(&tm_q, p, params)) return false;
+  params.paged = kv;
+  params.box_rows = maps.box_rows;
+  params.slot_inner = maps.slot_inner;
+  LaunchFor<true>(p.dtype, p.head_dim, tm_q, maps.k, maps.v, params, num_ctas, stream, op);
   return true;
 }
 

@@ -1,5 +1,5 @@
-// Ragged prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 64,
-// 128 or 256.
+// Prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 64, 128 or
+// 256, K/V ragged (packed rows) or in a paged cache (kPaged).
 //
 // A CTA is three warpgroups. Warpgroup 0 is the producer: one thread loads the query tile
 // once and streams 128-key K and V blocks (64-key at head_dim 256, whose output accumulator
@@ -24,6 +24,17 @@
 // those V rows in shared memory before the consumers' last P V reads them: one request's
 // data never reaches another's output, as in the mma.sync kernel (which zero-fills them).
 // Query rows past the request are computed but never stored.
+//
+// Paged K/V (kPaged): a block is kBlockN / box_rows boxes of box_rows slots of one page (the
+// cache's 4-D maps, tensor_map.h PagedKvMaps), each half of each box one tensor copy issued
+// by its own lane of the producer warp, the lane's page id read from block_tables one block
+// ahead; all complete on the stage's barrier, which expects the bytes of the boxes fetched.
+// Blocks start on a box boundary below the tile's first key (the keys before it are the
+// request's own, masked like any other). Boxes wholly at or past the tile's last key are not
+// fetched (their page ids may be anything), so their shared memory holds a previous block's
+// bytes, and the fetched last box carries the page's tail, whatever the cache holds there:
+// K rows past the keys are masked in S, and the V rows are zeroed as above. Query positions
+// follow kv_offsets / full_seq_lens (QueryStart) when the call passes them.
 #ifndef SPLITKV_CUDA_PREFILL_SM90_CUH_
 #define SPLITKV_CUDA_PREFILL_SM90_CUH_
 
@@ -31,6 +42,7 @@
 
 #include <cstdint>
 
+#include "cc/splitkv/cuda/attention_kernel.cuh"  // QueryStart, VisibleKeys
 #include "cc/splitkv/cuda/kernel_params.h"
 #include "cc/splitkv/cuda/ptx.cuh"
 #include "cc/splitkv/cuda/split_merge.cuh"  // kLog2e, kLn2, SPLITKV_NEG_INF
@@ -68,7 +80,7 @@ struct PrefillSm90Shape {
   static constexpr uint32_t kKOffset = kQOffset + kQTileBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKvTileBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKvTileBytes;
-  static constexpr int kNumBarriers = 2 + 4 * kStages;  // + q_full, v_tail
+  static constexpr int kNumBarriers = 3 + 4 * kStages;  // + q_full, v_tail, v_head
   // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
   static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
   static constexpr int kConsumerWarps = 8;
@@ -80,27 +92,19 @@ struct PrefillSm90Shape {
 
 struct PrefillSm90Params {
   AttentionKernelParams p;  // q/out/lse, strides, group, masking options (num_splits == 1)
-  const int32_t* cu_seqlens_kv = nullptr;
+  const int32_t* cu_seqlens_kv = nullptr;  // ragged K/V
+  // Paged K/V: block_tables, block_tables_stride, seq_lens and page_size_log2 (the cache's
+  // pointers and strides are in the maps); the maps' box rows (a power of two dividing
+  // kBlockN) and dimension order (PagedKvMaps).
+  PagedKvParams paged;
+  int32_t box_rows = 0;
+  bool slot_inner = true;
   int32_t q_tile_tokens = 1;  // 128 / group_size
   int32_t num_q_tiles = 1;    // per (request, kv head)
 };
 
-#if SPLITKV_SM90_DEVICE
-namespace sm90 {
 
-// Keys [lo, hi) that query i of a request (q_len queries, kv_len keys) sees (DESIGN.md).
-__device__ __forceinline__ void RowKeys(const AttentionKernelParams& p, int q_len, int kv_len, int i, int& lo,
-                                        int& hi) {
-  const int pos = kv_len - q_len + i;
-  hi = p.causal ? min(kv_len, pos + 1) : kv_len;
-  lo = p.window_left >= 0 ? static_cast<int>(max(int64_t{0}, int64_t{pos} - p.window_left)) : 0;
-  if (hi < lo) hi = lo;
-}
-
-}  // namespace sm90
-#endif
-
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, bool kPaged>
 __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     PrefillSm90Kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, const PrefillSm90Params params) {
@@ -120,25 +124,33 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const int first = q_tile * params.q_tile_tokens;
   if (first >= q_len) return;  // uniform: before any barrier
   const int num_tokens = min(params.q_tile_tokens, q_len - first);
-  const int kv_begin = __ldg(params.cu_seqlens_kv + request);
-  const int kv_len = __ldg(params.cu_seqlens_kv + request + 1) - kv_begin;
+  int kv_begin = 0, kv_len;  // kv_begin: the request's first row of ragged k/v
+  if constexpr (kPaged) {
+    kv_len = __ldg(params.paged.seq_lens + request);
+  } else {
+    kv_begin = __ldg(params.cu_seqlens_kv + request);
+    kv_len = __ldg(params.cu_seqlens_kv + request + 1) - kv_begin;
+  }
   const int group = p.group_size;
+  const int64_t q_start = QueryStart(p, request, q_len, kv_len);  // query 0's key position
 
   // The tile's keys: rows' ranges only grow with the token, and the rows that see a key are
   // a suffix (causal: pos >= 0) or all of them, so the first such row and the last bound it.
   int key_begin = 0, key_end = 0;
   {
     const int last = first + num_tokens - 1;
-    const int t0 = p.causal ? max(first, q_len - kv_len) : first;
+    const int64_t t0 = p.causal ? max(int64_t{first}, -q_start) : first;
     if (kv_len > 0 && t0 <= last) {
       int lo0, hi0, lo1, hi1;
-      RowKeys(p, q_len, kv_len, t0, lo0, hi0);
-      RowKeys(p, q_len, kv_len, last, lo1, hi1);
+      VisibleKeys(p, q_start, kv_len, static_cast<int>(t0), lo0, hi0);
+      VisibleKeys(p, q_start, kv_len, last, lo1, hi1);
       key_begin = lo0;
       key_end = max(lo0, hi1);
     }
   }
-  const int num_blocks = (key_end - key_begin + S::kBlockN - 1) / S::kBlockN;
+  // Blocks start at block_base: the tile's first key, or (paged) the box boundary below it.
+  const int block_base = kPaged ? key_begin & ~(params.box_rows - 1) : key_begin;
+  const int num_blocks = key_end > key_begin ? (key_end - block_base + S::kBlockN - 1) / S::kBlockN : 0;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* const smem =
@@ -150,9 +162,29 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   uint64_t* const k_empty = v_full + S::kStages;
   uint64_t* const v_empty = k_empty + S::kStages;
   uint64_t* const v_tail = v_empty + S::kStages;  // the last V block's tail rows are zero
+  uint64_t* const v_head = v_tail + 1;            // the first V block's head rows are zero
   // Keys of the last block that this tile must not read: [key_end, block end).
-  const int tail_keep = key_end - key_begin - (num_blocks - 1) * S::kBlockN;  // rows kept
+  const int tail_keep = key_end - block_base - (num_blocks - 1) * S::kBlockN;  // rows kept
   const bool tail = num_blocks > 0 && tail_keep < S::kBlockN;
+  // And of the first block (paged only): [block_base, key_begin), keys that no row of the
+  // tile sees, whose V rows may hold anything as in the mma.sync kernel's contract.
+  const int head_skip = key_begin - block_base;
+  const bool head = num_blocks > 0 && head_skip > 0;
+  // Zeroes V rows [row_begin, row_end) of `stage` once the block in it has landed (its v_full
+  // phase `parity`), then arrives on `done` (32 arrivals: the producer warp). Whole 128-byte
+  // rows: the swizzle permutes 16-byte chunks inside a row only.
+  auto zero_v_rows = [&](int stage, uint32_t parity, int row_begin, int row_end, uint64_t* done) {
+    __syncwarp();
+    MbarrierWait(v_full + stage, parity);
+    unsigned char* const v_tile = smem + S::kVOffset + stage * S::kKvTileBytes;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (uint32_t c = row_begin * 8 + threadIdx.x; c < static_cast<uint32_t>(row_end) * 8; c += 32) {
+#pragma unroll
+      for (int h = 0; h < S::kHalves; ++h) *reinterpret_cast<uint4*>(v_tile + h * S::kKvHalfBytes + c * 16) = zero;
+    }
+    FenceProxyAsyncShared();  // the wgmma (async proxy) reads these bytes next
+    MbarrierArrive(done);
+  };
 
   if (threadIdx.x == 0) {
     MbarrierInit(q_full, 1);
@@ -164,6 +196,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       MbarrierInit(v_empty + s, S::kConsumerWarps);
     }
     MbarrierInit(v_tail, 32);
+    MbarrierInit(v_head, 32);
     FenceMbarrierInit();
   }
   __syncthreads();
@@ -173,7 +206,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     // ---- producer ----
     RegDealloc<24>();
     if (threadIdx.x >= 32) return;  // warp 0 produces
-    if (threadIdx.x == 0) {
+    const int lane = threadIdx.x;
+    if (lane == 0) {
       PrefetchTensorMap(&tm_q);
       PrefetchTensorMap(&tm_k);
       PrefetchTensorMap(&tm_v);
@@ -183,6 +217,51 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
         TensorCopy3dToShared(smem + S::kQOffset + h * S::kQHalfBytes, &tm_q, q_full, h * 64, kv_head * group,
                              q_begin + first);
       }
+    }
+    if constexpr (kPaged) {
+      // Lane l copies half l % kHalves of box l / kHalves of every K and V block (at most
+      // 32 copies a block: box_rows >= 8, so kBlockN / 8 * kHalves <= 32).
+      const int box_rows = params.box_rows;
+      const int boxes = S::kBlockN / box_rows;
+      const int box = lane / S::kHalves, half = lane % S::kHalves;
+      const bool copier = box < boxes;
+      const int32_t* const pages = params.paged.block_tables + request * params.paged.block_tables_stride;
+      const int shift = params.paged.page_size_log2;
+      const int slot_mask = (1 << shift) - 1;
+      auto box_key = [&](int b) { return block_base + b * S::kBlockN + box * box_rows; };
+      auto page_for = [&](int b) {
+        return copier && b < num_blocks && box_key(b) < key_end ? __ldg(pages + (box_key(b) >> shift)) : 0;
+      };
+      int page = page_for(0);
+      for (int b = 0; b < num_blocks; ++b) {
+        const int stage = b % S::kStages;
+        const uint32_t reuse = b / S::kStages;
+        const int next_page = page_for(b + 1);  // read while this block's copies wait
+        const int j0 = block_base + b * S::kBlockN;
+        const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
+        const int j = box_key(b);
+        const bool issue = copier && j < key_end;
+        const int slot = j & slot_mask;
+        auto fill = [&](const CUtensorMap* map, uint64_t* full, uint64_t* empty, uint32_t offset) {
+          if (reuse > 0) MbarrierWait(empty + stage, (reuse - 1) & 1);
+          if (lane == 0) MbarrierArriveExpectTx(full + stage, fetched * S::kHalves * box_rows * 128);
+          if (!issue) return;
+          unsigned char* dst = smem + offset + stage * S::kKvTileBytes + half * S::kKvHalfBytes + box * box_rows * 128;
+          if (params.slot_inner) {
+            TensorCopy4dToShared(dst, map, full + stage, half * 64, slot, kv_head, page);
+          } else {
+            TensorCopy4dToShared(dst, map, full + stage, half * 64, kv_head, slot, page);
+          }
+        };
+        fill(&tm_k, k_full, k_empty, S::kKOffset);
+        fill(&tm_v, v_full, v_empty, S::kVOffset);
+        page = next_page;
+        // Block 0's head, once block 1's copies are issued too (its stage is not refilled
+        // before the consumers' P V of block 0, which waits for this: phase 0 is the only
+        // one it can see).
+        if (head && b == min(1, num_blocks - 1)) zero_v_rows(0, 0, 0, head_skip, v_head);
+      }
+    } else if (lane == 0) {
       for (int b = 0; b < num_blocks; ++b) {
         const int stage = b % S::kStages;
         const uint32_t reuse = b / S::kStages;  // how often this stage was filled before
@@ -202,21 +281,11 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       }
     }
     if (tail) {
-      // Thread 0 waited on the last stage's previous "empty" phase before its final load,
-      // so after this __syncwarp the only v_full phase of that parity left is the last
-      // block's: no lane can mistake an earlier phase for it.
-      __syncwarp();
+      // Thread 0 (paged: every lane) waited on the last stage's previous "empty" phase
+      // before its final load, so after zero_v_rows' __syncwarp the only v_full phase of that
+      // parity left is the last block's: no lane can mistake an earlier phase for it.
       const int last = num_blocks - 1;
-      MbarrierWait(v_full + last % S::kStages, (last / S::kStages) & 1);
-      // Whole 128-byte rows: the swizzle permutes 16-byte chunks inside a row only.
-      unsigned char* const v_tile = smem + S::kVOffset + (last % S::kStages) * S::kKvTileBytes;
-      const uint4 zero = make_uint4(0, 0, 0, 0);
-      for (uint32_t c = tail_keep * 8 + threadIdx.x; c < S::kBlockN * 8; c += 32) {
-#pragma unroll
-        for (int h = 0; h < S::kHalves; ++h) *reinterpret_cast<uint4*>(v_tile + h * S::kKvHalfBytes + c * 16) = zero;
-      }
-      FenceProxyAsyncShared();  // the wgmma (async proxy) reads these bytes next
-      MbarrierArrive(v_tail);
+      zero_v_rows(last % S::kStages, (last / S::kStages) & 1, tail_keep, S::kBlockN, v_tail);
     }
     return;
   }
@@ -236,7 +305,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     row_valid[i] = r < tile_rows;
     row_lo[i] = row_hi[i] = 0;
     if (row_valid[i]) {
-      RowKeys(p, q_len, kv_len, first + r / group, row_lo[i], row_hi[i]);
+      VisibleKeys(p, q_start, kv_len, first + r / group, row_lo[i], row_hi[i]);
       row_lo[i] = max(row_lo[i], key_begin);
       row_hi[i] = max(row_lo[i], min(row_hi[i], key_end));
     }
@@ -306,7 +375,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       for (int e = 0; e < S::kSRegs; ++e) s[e] *= scale_log2;
     }
     // Mask only blocks that some row of this warp does not see whole.
-    const int j0 = key_begin + b * S::kBlockN;
+    const int j0 = block_base + b * S::kBlockN;
     bool partial = false;
 #pragma unroll
     for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + S::kBlockN <= row_hi[i]);
@@ -399,6 +468,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const int next_stage = (b + 1) % S::kStages;
     MbarrierWait(k_full + next_stage, ((b + 1) / S::kStages) & 1);
     MbarrierWait(v_full + stage, (b / S::kStages) & 1);
+    if (b == 0 && head) MbarrierWait(v_head, 0);
     FenceRegs(o_acc);  // the rescale and the packing land before the fence, not after it
     FenceRegs(a);
     turn_wait();
@@ -425,6 +495,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const int stage = (num_blocks - 1) % S::kStages;
     MbarrierWait(v_full + stage, ((num_blocks - 1) / S::kStages) & 1);
     if (tail) MbarrierWait(v_tail, 0);
+    if (num_blocks == 1 && head) MbarrierWait(v_head, 0);
     FenceRegs(o_acc);
     FenceRegs(a);
     turn_wait();

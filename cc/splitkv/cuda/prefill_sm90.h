@@ -1,4 +1,4 @@
-// Host entry of the Hopper ragged-prefill kernel (prefill_sm90.cuh), called by
+// Host entries of the Hopper prefill kernel (prefill_sm90.cuh), ragged and paged, called by
 // backend_cuda.cu before the mma.sync kernel.
 #ifndef SPLITKV_CUDA_PREFILL_SM90_H_
 #define SPLITKV_CUDA_PREFILL_SM90_H_
@@ -19,6 +19,15 @@ namespace splitkv::cuda {
 // `k` holds the params the mma.sync kernel would get (same plan).
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op);
+
+// The same for a paged call's prefill tiles (cu_seqlens_q set), whose 16-bit cache the
+// decode kernel's page maps describe (tensor_map.h PagedKvMapsFor): HND or NHD, pages of 8
+// slots or more (a power of two), 16-byte-aligned pages and strides. Query positions follow
+// kv_offsets / full_seq_lens when set. Not served, and left to the mma.sync kernel: fp8
+// caches, pages under 8 slots, plans of more than one split, and the cases above. `kv` is
+// the mma.sync kernel's view of the cache (its page table and lengths are read).
+bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                            const PagedKvParams& kv, cudaStream_t stream, const char* op);
 
 }  // namespace splitkv::cuda
 

@@ -152,6 +152,21 @@ __device__ __forceinline__ void TensorCopy4dToShared(void* smem, const CUtensorM
 #endif
 }
 
+// The same 4-D box copy at the default L2 priority (data that other CTAs read again, such as
+// a prefill's K/V, which every query tile of the head fetches).
+__device__ __forceinline__ void TensorCopy4dToShared(void* smem, const CUtensorMap* map, uint64_t* bar, int32_t c0,
+                                                     int32_t c1, int32_t c2, int32_t c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+      "%5}], [%6];\n" ::"r"(SharedAddress(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(SharedAddress(bar))
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 // Starts fetching a tensor map (a kernel parameter) so the first copy through it waits less.
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
