@@ -30,12 +30,15 @@
 //    every call of an sm_90 device here, tile_config.h InvariantTile).
 //  - an fp8 (e4m3) cache (kFp8, head_dim 128 or 256): tensor copies of the cache's bytes as
 //    16-bit words (a row of head_dim bytes is head_dim / 2 words: half the bytes of a
-//    16-bit cache per key, more stages in the same shared memory). Each warp converts its
-//    own keys' rows to float16 (exact: Fp8x4ToHalf2x2) in a buffer of padded rows, K before
-//    Q K^T and then V (zeros outside the split) into the same buffer before P V, and the
-//    mma runs in float16 whatever q's dtype: a bfloat16 q row is scaled by a power of two
-//    into float16's range (exact down to 2^-29 of the row's largest element), which the
-//    logit scale undoes with k_scale; v_scale multiplies the output rows.
+//    16-bit cache per key, more stages in the same shared memory). The mma runs in float16
+//    whatever q's dtype (every e4m3 value is a float16: exact): a bfloat16 q row is scaled by
+//    a power of two into float16's range (exact down to 2^-29 of the row's largest element),
+//    which the logit scale undoes with k_scale; v_scale multiplies the output rows. Each lane
+//    reads its mma fragments' fp8 bytes straight from the staged block with 32-bit loads and
+//    converts them in registers (cvt.rn.f16x2.e4m3x2), in an order of head_dim chosen so a
+//    fragment's bytes are adjacent (Fp8Frags below). An earlier version converted each
+//    warp's rows into a float16 buffer and read that with ldmatrix: the stores, reloads and
+//    the warp's waits on them kept fp8 decode at 0.90-1.09x the bf16 call's time.
 // Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
 // runs AttentionKernel.
 #ifndef SPLITKV_CUDA_DECODE_KERNEL_CUH_
@@ -91,9 +94,7 @@ struct BulkDecodeShape {
   // The stages come first, at a base aligned to the swizzle's 1024-byte atom (the slack is
   // allocated); Q follows them.
   static constexpr size_t kAlign = kPageTma ? 1024 : 16;
-  // fp8: one block's K, then its V, as float16 padded rows (each warp converts and reads its own).
-  static constexpr int kConvElems = kFp8 ? kBlockN * kRowElems : 0;
-  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems + kConvElems) * 2 + kAlign;
+  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems) * 2 + kAlign;
   static constexpr size_t kEpilogueBytes =
       (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4 + kAlign;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
@@ -115,40 +116,83 @@ __device__ __forceinline__ int KvOffset(int row, int chunk, int row7) {
   }
 }
 
-// fp8: this warp's kKeysPerWarp staged rows (key0 on; fp8 bytes as the tensor copies left
-// them, swizzled) to float16 rows of `dst` (padded: row * kRowElems), exactly; a row whose key
-// (j_warp + r) is outside [lo, hi) becomes zeros.
+// fp8 mma fragments, read from a staged block (the fp8 bytes as the tensor copies left them,
+// swizzled) and converted in registers. The mma's k index runs over head_dim in Q K^T and
+// over keys in P V; a lane (g = lane / 4, t = lane % 4) holds k = 2t, 2t + 1 (b0) and
+// 2t + 8, 2t + 9 (b1) of its column g. Any order of head_dim serves both products if Q,
+// K and the output agree on it, so:
+//  - Q K^T: k-step ks's k = 2t, 2t + 1, 2t + 8, 2t + 9 are head_dim 16 ks + 4t + 0..3, one
+//    32-bit word of a key row (QFrag reads q's float16 row in the same order);
+//  - P V: the keys are in order (P's fragments are S's accumulators), and output column
+//    n of d-tile dt is head_dim 32 (dt / 4) + 4n + dt % 4: a lane's 4 key rows each give one
+//    word (head_dim 32 q + 4g .. + 3) holding its b0 / b1 bytes for the 4 d-tiles 4q .. 4q + 3,
+//    which byte permutes pair up across rows. StageFp8Rows writes the output columns back.
+// Every load is conflict-free: the 128-byte swizzle spreads the 8 rows of a warp's load over
+// all 32 banks.
 template <class S>
-__device__ __forceinline__ void ConvertWarpRows(__half* dst, const void* staged, int key0, int lane, int j_warp,
-                                                int lo, int hi) {
-  constexpr int kChunks = S::kHeadDim / 16;  // 16 fp8 bytes: one staged 8-word chunk
-  static_assert(S::kKeysPerWarp * kChunks % 32 == 0, "whole rounds of the warp");
-#pragma unroll
-  for (int round = 0; round < S::kKeysPerWarp * kChunks / 32; ++round) {
-    const int i = lane + 32 * round;
-    const int r = i / kChunks, c = i % kChunks, row = key0 + r;
-    uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0;
-    if (j_warp + r >= lo && j_warp + r < hi) {
-      const uint4 w = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(staged) + KvOffset<S>(row, c, row & 7));
-      Fp8x4ToHalf2x2(w.x, h0.x, h0.y);
-      Fp8x4ToHalf2x2(w.y, h0.z, h0.w);
-      Fp8x4ToHalf2x2(w.z, h1.x, h1.y);
-      Fp8x4ToHalf2x2(w.w, h1.z, h1.w);
-    }
-    uint4* out = reinterpret_cast<uint4*>(dst + row * S::kRowElems + c * 16);
-    out[0] = h0;
-    out[1] = h1;
+struct Fp8Frags {
+  // Bytes of one 64-word column half of a staged block.
+  static constexpr uint32_t kHalfBytes = S::kBlockN * 128;
+  // A staged row's 16-byte chunk c sits at chunk c ^ (row % 8) of its 128 bytes, so the byte
+  // offset of (row, chunk c < 8, byte b < 16) is (row * 128 | (row % 8) << 4 | b) ^ (c << 4):
+  // with a lane's row and byte fixed, each fragment's address is its lane base XOR a constant.
+  // K: key row `row`'s word of every k-step (ks at KBase ^ (ks % 8) << 4, + ks / 8 halves).
+  static __device__ __forceinline__ uint32_t KBase(int row, int lane) {
+    return row * 128 | (row & 7) << 4 | (lane & 3) * 4;
   }
-}
+  // V: key row `row`'s word of head_dim 32 q + 4 (lane / 4) .. + 3 (chunk 2q + lane / 16) at
+  // VBase ^ ((2q) % 8) << 4, + q / 4 halves.
+  static __device__ __forceinline__ uint32_t VBase(int row, int lane) {
+    return row * 128 | (((lane >> 4) ^ (row & 7)) << 4) | (lane & 12);
+  }
+  static __device__ __forceinline__ uint32_t Load(uint32_t smem_addr) {
+    uint32_t w;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(smem_addr));
+    return w;
+  }
+  // b0 (low) and b1 (high) of k-step ks for the key row whose KBase (plus the block's shared
+  // address) is `k_addr`.
+  static __device__ __forceinline__ void K(uint32_t k_addr, int ks, uint32_t& b0, uint32_t& b1) {
+    Fp8x4ToHalf2x2(Load((k_addr ^ ((ks & 7) << 4)) + (ks >> 3) * kHalfBytes), b0, b1);
+  }
+  // b0[j], b1[j] of d-tile 4q + j from key rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of a
+  // k-step, whose VBase (plus the block's shared address) are v_addr[0..3].
+  static __device__ __forceinline__ void V(const uint32_t (&v_addr)[4], int q, uint32_t (&b0)[4], uint32_t (&b1)[4]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = Load((v_addr[k] ^ (((2 * q) & 7) << 4)) + (q >> 2) * kHalfBytes);
+    Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], 0x5140), b0[0], b0[1]);
+    Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], 0x7362), b0[2], b0[3]);
+    Fp8x4ToHalf2x2(__byte_perm(w[2], w[3], 0x5140), b1[0], b1[1]);
+    Fp8x4ToHalf2x2(__byte_perm(w[2], w[3], 0x7362), b1[2], b1[3]);
+  }
+  // Q's A fragment of k-step ks from float16 rows (row stride kRowElems) in the order above.
+  static __device__ __forceinline__ void QFrag(const __half* s_q, int ks, int lane, uint32_t (&a)[4]) {
+    const __half* row = s_q + (lane >> 2) * S::kRowElems + ks * 16 + (lane & 3) * 4;
+    const uint2 lo = *reinterpret_cast<const uint2*>(row);
+    const uint2 hi = *reinterpret_cast<const uint2*>(row + 8 * S::kRowElems);
+    a[0] = lo.x, a[1] = hi.x, a[2] = lo.y, a[3] = hi.y;
+  }
+};
 
-// Element offset of (key row, 8-element chunk) where the mma reads K/V: the staged block, or
-// (fp8) the converted rows.
-template <class S>
-__device__ __forceinline__ int MmaKvOffset(int row, int chunk, int row7) {
-  if constexpr (S::kFp8) {
-    return row * S::kRowElems + chunk * 8;
-  } else {
-    return KvOffset<S>(row, chunk, row7);
+// StageWarpRows for the fp8 output order: a lane's d-tiles 4q .. 4q + 3 hold head_dim
+// 32 q + 8t .. + 7 of its rows (Fp8Frags), written as two float4 each.
+template <int kDTiles, int kOStride>
+__device__ __forceinline__ void StageFp8Rows(float* s_o, float* s_ml, int row_base, const float (&acc)[kDTiles][4],
+                                             const float (&row_max)[2], const float (&row_sum)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = row_base + lane / 4 + 8 * i;
+    float* dst = s_o + r * kOStride + (lane & 3) * 8;
+#pragma unroll
+    for (int q = 0; q < kDTiles / 4; ++q) {
+      const float(&a0)[4] = acc[4 * q], (&a1)[4] = acc[4 * q + 1], (&a2)[4] = acc[4 * q + 2], (&a3)[4] = acc[4 * q + 3];
+      *reinterpret_cast<float4*>(dst + 32 * q) = make_float4(a0[2 * i], a1[2 * i], a2[2 * i], a3[2 * i]);
+      *reinterpret_cast<float4*>(dst + 32 * q + 4) =
+          make_float4(a0[2 * i + 1], a1[2 * i + 1], a2[2 * i + 1], a3[2 * i + 1]);
+    }
+    if ((lane & 3) == 0) s_ml[2 * r] = row_max[i], s_ml[2 * r + 1] = row_sum[i];
   }
 }
 
@@ -172,7 +216,6 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // What the mma multiplies: float16 over an fp8 cache (exact), else T.
   using M = std::conditional_t<S::kFp8, __half, T>;
   M* const s_q = reinterpret_cast<M*>(s_kv + S::kSlots * S::kKvElems);
-  M* const s_conv = s_q + S::kQElems;  // fp8: the converted rows (kConvElems)
   __shared__ float s_q_scale[S::kFp8 ? S::kRows : 1];
 
   // The barriers are set up (and the tensor maps fetched) while seq_lens is in flight: the
@@ -340,12 +383,18 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     __syncthreads();
   }
 
+  // Q's A fragment of k-step ks (fp8: in Fp8Frags' order of head_dim).
+  auto load_q_frag = [&](int ks, uint32_t(&a)[4]) {
+    if constexpr (S::kFp8) {
+      Fp8Frags<S>::QFrag(s_q, ks, lane, a);
+    } else {
+      LdMatrixX4(a, s_q + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ks * 16 + (lane >> 4) * 8);
+    }
+  };
   uint32_t q_frag[S::kQInRegisters ? S::kKSteps : 1][4];
   if constexpr (S::kQInRegisters) {
 #pragma unroll
-    for (int ks = 0; ks < S::kKSteps; ++ks) {
-      LdMatrixX4(q_frag[ks], s_q + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ks * 16 + (lane >> 4) * 8);
-    }
+    for (int ks = 0; ks < S::kKSteps; ++ks) load_q_frag(ks, q_frag[ks]);
   }
 
   int row_lo[2], row_hi[2];
@@ -385,13 +434,30 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   const int k_row = key0 + (lane & 7) + (lane >> 4) * 8, k_bit = (lane >> 3) & 1;
   const int v_row = key0 + (lane & 7) + ((lane >> 3) & 1) * 8, v_bit = lane >> 4;
   const int row7 = lane & 7;
+  // fp8: this lane's Fp8Frags bases in a staged block: K's key rows key0 + 8n + lane / 4, V's
+  // rows 2t, 2t + 1, 2t + 8, 2t + 9 of each 16-key k-step.
+  [[maybe_unused]] uint32_t fp8_k_base[S::kFp8 ? S::kSTiles : 1];
+  [[maybe_unused]] uint32_t fp8_v_base[S::kFp8 ? S::kKeysPerWarp / 16 : 1][4];
+  if constexpr (S::kFp8) {
+#pragma unroll
+    for (int n = 0; n < S::kSTiles; ++n) fp8_k_base[n] = Fp8Frags<S>::KBase(key0 + n * 8 + (lane >> 2), lane);
+#pragma unroll
+    for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        fp8_v_base[kk][k] = Fp8Frags<S>::VBase(key0 + kk * 16 + 2 * (lane & 3) + (k & 1) + 8 * (k >> 1), lane);
+      }
+    }
+  }
 
-  // Tensor copies fetch whole boxes: this warp's V rows outside the split become zeros.
+  // Tensor copies fetch whole boxes: this warp's V rows outside the split become zeros (fp8:
+  // their bytes; an fp8 zero is a float16 zero).
   auto zero_v_outside = [&](T* s_v, int j_warp) {
     if constexpr (S::kPageTma) {
       if (j_warp < key_begin || j_warp + S::kKeysPerWarp > key_end) {  // warp-uniform
-        for (int i = lane; i < S::kKeysPerWarp * (D / 8); i += 32) {
-          const int r = i / (D / 8), c = i % (D / 8);
+        constexpr int kChunks = S::kStageCols / 8;  // of a staged row (fp8: head_dim / 16)
+        for (int i = lane; i < S::kKeysPerWarp * kChunks; i += 32) {
+          const int r = i / kChunks, c = i % kChunks;
           if (j_warp + r < key_begin || j_warp + r >= key_end) ZeroChunk(s_v + KvOffset<S>(key0 + r, c, r & 7));
         }
         FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
@@ -415,16 +481,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       if (ahead < num_blocks) load_kv(ahead, ahead % S::kStages);
       const int stage = block % S::kStages;
       MbarrierWait(&stage_full[stage], (block / S::kStages) & 1);
-      if constexpr (S::kFp8) {
-        ConvertWarpRows<S>(s_conv, s_kv + 2 * stage * S::kKvElems, key0, lane, j_warp, key_begin, key_end);
-        __syncwarp();
-        s_k = s_v = s_conv;  // V replaces K there after Q K^T
-      } else {
-        T* const stage_v = s_kv + (2 * stage + 1) * S::kKvElems;
-        s_k = s_kv + 2 * stage * S::kKvElems;
-        s_v = stage_v;
-        zero_v_outside(stage_v, j_warp);
-      }
+      T* const stage_v = s_kv + (2 * stage + 1) * S::kKvElems;
+      s_k = reinterpret_cast<const M*>(s_kv + 2 * stage * S::kKvElems);  // fp8: its bytes (Fp8Frags)
+      s_v = reinterpret_cast<M*>(stage_v);
+      zero_v_outside(stage_v, j_warp);
     }
 
     // S = Q K^T over kKSteps k-steps, in two accumulator chains (even and odd steps) so
@@ -439,27 +499,30 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     for (int ks = 0; ks < S::kKSteps; ++ks) {
       uint32_t a_smem[4];
       if constexpr (!S::kQInRegisters) {
-        LdMatrixX4(a_smem, s_q + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ks * 16 + (lane >> 4) * 8);
+        load_q_frag(ks, a_smem);
       }
       const uint32_t(&a)[4] = S::kQInRegisters ? q_frag[S::kQInRegisters ? ks : 0] : a_smem;
+      float(&acc_s)[S::kSTiles][4] = ks % 2 == 0 ? s : s_odd;
+      if constexpr (S::kFp8) {
 #pragma unroll
-      for (int np = 0; np < S::kSTiles / 2; ++np) {
-        uint32_t b[4];
-        LdMatrixX4(b, s_k + MmaKvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
-        float(&acc_s)[S::kSTiles][4] = ks % 2 == 0 ? s : s_odd;
-        Mma16816<M>(acc_s[2 * np], a, b[0], b[1]);
-        Mma16816<M>(acc_s[2 * np + 1], a, b[2], b[3]);
+        for (int n = 0; n < S::kSTiles; ++n) {
+          uint32_t b0, b1;
+          Fp8Frags<S>::K(SharedAddress(s_k) + fp8_k_base[n], ks, b0, b1);
+          Mma16816<M>(acc_s[n], a, b0, b1);
+        }
+      } else {
+#pragma unroll
+        for (int np = 0; np < S::kSTiles / 2; ++np) {
+          uint32_t b[4];
+          LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
+          Mma16816<M>(acc_s[2 * np], a, b[0], b[1]);
+          Mma16816<M>(acc_s[2 * np + 1], a, b[2], b[3]);
+        }
       }
     }
     if constexpr (S::kKvRing) {
       __syncthreads();  // every warp has read K: its buffer takes the stream's next part
       load_part(part_k + S::kStages);
-    }
-    if constexpr (S::kFp8) {
-      __syncwarp();  // every lane has read its K fragments: the buffer takes this block's V
-      ConvertWarpRows<S>(s_conv, s_kv + (2 * (block % S::kStages) + 1) * S::kKvElems, key0, lane, j_warp, key_begin,
-                         key_end);
-      __syncwarp();
     }
 #pragma unroll
     for (int n = 0; n < S::kSTiles; ++n) {
@@ -548,12 +611,25 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       const uint32_t a[4] = {PackPair<M>(s[2 * kk][0], s[2 * kk][1]), PackPair<M>(s[2 * kk][2], s[2 * kk][3]),
                              PackPair<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              PackPair<M>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      if constexpr (S::kFp8) {
 #pragma unroll
-      for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
-        uint32_t b[4];
-        LdMatrixX4Trans(b, s_v + MmaKvOffset<S>(v_row + kk * 16, dp * 2 + v_bit, row7));
-        Mma16816<M>(acc[2 * dp], a, b[0], b[1]);
-        Mma16816<M>(acc[2 * dp + 1], a, b[2], b[3]);
+        for (int q = 0; q < S::kDTiles / 4; ++q) {
+          uint32_t b0[4], b1[4];
+          uint32_t v_addr[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) v_addr[k] = SharedAddress(s_v) + fp8_v_base[kk][k];
+          Fp8Frags<S>::V(v_addr, q, b0, b1);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) Mma16816<M>(acc[4 * q + j], a, b0[j], b1[j]);
+        }
+      } else {
+#pragma unroll
+        for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, s_v + KvOffset<S>(v_row + kk * 16, dp * 2 + v_bit, row7));
+          Mma16816<M>(acc[2 * dp], a, b[0], b[1]);
+          Mma16816<M>(acc[2 * dp + 1], a, b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // the stage is overwritten by the next iteration's prefetch
@@ -573,7 +649,11 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   if (num_blocks == 0) __syncthreads();
   float* const s_o = reinterpret_cast<float*>(smem);
   float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
-  StageWarpRows<S::kDTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);
+  if constexpr (S::kFp8) {
+    StageFp8Rows<S::kDTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);
+  } else {
+    StageWarpRows<S::kDTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);
+  }
   __syncthreads();
 
   constexpr int kElems = D / 32;
