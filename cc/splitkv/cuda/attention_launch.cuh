@@ -95,7 +95,7 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
 // The bulk decode kernel over an fp8 cache: tensor copies of the cache's bytes, converted to
 // float16 in registers (decode_kernel.cuh Fp8Frags), split grids as LaunchBulkDecode's.
 template <int kHeadDim, int kStages>
-using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, DecodeBlockKeys(kHeadDim), kStages, true, false, true>;
+using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim), kStages, true, false, true>;
 static_assert(Fp8BulkDecodeShape<128, Fp8BulkDecodeStages(128)>::kMinBlocks == 2 &&
               Fp8BulkDecodeShape<128, Fp8BulkDecodeSplitStages(128)>::kMinBlocks == 3 &&
               Fp8BulkDecodeShape<256, Fp8BulkDecodeStages(256)>::kMinBlocks == 2 &&

@@ -80,7 +80,10 @@ struct BulkDecodeShape {
   static constexpr int kRows = kDecodeRows;
   static constexpr int kKeysPerWarp = kBlockN / kWarpsN;
   static_assert(kKeysPerWarp % 16 == 0, "a warp's keys must be whole k-steps of 16");
-  static_assert(2 * kBlockN <= kThreads, "one thread issues at most one row copy per block");
+  // One thread issues at most one copy per block: row copies, or tensor copies of boxes of at
+  // least kMinBoxRows (8) slots.
+  static_assert(kPageTma ? kBlockN / 8 * 2 * kHalves <= kThreads : 2 * kBlockN <= kThreads,
+                "one thread issues at most one copy per block");
   static constexpr int kRowElems = kHeadDim + 8;  // the pad moves each row by one bank group
   // K/V rows: padded (row copies), or [half][row][64] with the 128-byte swizzle (tensor copies).
   static constexpr int kKvRowElems = kPageTma ? kStageCols : kRowElems;

@@ -66,12 +66,15 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
-// The bulk decode kernel over an fp8 cache (head_dim 128 and 256): a stage holds half the
-// bytes of a 16-bit one, so 5 stages at 128 (80 KiB of them, 2 CTAs an SM) and 3 for split
-// grids (3 an SM); 3 at 256 (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too few
-// registers for a 256-column accumulator).
-constexpr int Fp8BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 3 : 5; }
-constexpr int Fp8BulkDecodeSplitStages(int head_dim) { return 3; }
+// The bulk decode kernel over an fp8 cache (head_dim 128 and 256) takes 128-key blocks at
+// head_dim 128 (a 64-key fp8 block is half a 16-bit block's bytes for the same per-block
+// work: barrier, copies, softmax reductions); a stage of them holds a 16-bit 64-key stage's
+// bytes, so 3 stages (2 CTAs an SM) and 2 for split grids (3 an SM). 64-key blocks at 256,
+// 3 stages (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too few registers for a
+// 256-column accumulator).
+constexpr int Fp8DecodeBlockKeys(int head_dim) { return head_dim >= 256 ? 64 : 128; }
+constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
+constexpr int Fp8BulkDecodeSplitStages(int head_dim) { return head_dim >= 256 ? 3 : 2; }
 // Tensor copies at head_dim 256 stream K and V as separate parts through 3 buffers of one
 // block's K or V (BulkDecodeShape's ring): 105 KiB, two CTAs an SM, where two whole stages
 // (137 KiB) fit one and each CTA's start and end left its SM without copies in flight.
