@@ -93,23 +93,16 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
 }
 
 // The bulk decode kernel over an fp8 cache: tensor copies of the cache's bytes, converted to
-// float16 in registers (decode_kernel.cuh Fp8Frags), split grids as LaunchBulkDecode's.
-template <int kHeadDim, int kStages>
-using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim), kStages, true, false, true>;
-static_assert(Fp8BulkDecodeShape<128, Fp8BulkDecodeStages(128)>::kMinBlocks == 2 &&
-              Fp8BulkDecodeShape<128, Fp8BulkDecodeSplitStages(128)>::kMinBlocks == 3 &&
-              Fp8BulkDecodeShape<256, Fp8BulkDecodeStages(256)>::kMinBlocks == 2 &&
-              Fp8BulkDecodeShape<256, Fp8BulkDecodeSplitStages(256)>::kMinBlocks == 2);
+// float16 in registers (decode_kernel.cuh Fp8Frags); one shape for split grids or not.
+template <int kHeadDim>
+using Fp8BulkDecodeShape =
+    BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim), Fp8BulkDecodeStages(kHeadDim), true, false, true>;
+static_assert(Fp8BulkDecodeShape<128>::kMinBlocks == 2 && Fp8BulkDecodeShape<256>::kMinBlocks == 2);
 
 template <typename T, int kHeadDim>
 void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
-                         int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
-  if (params.num_splits > 1 && num_tiles * params.num_splits <= split_workers) {
-    return BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, Fp8BulkDecodeSplitStages(kHeadDim)>>::Launch(
-        params, kv, num_tiles, stream, op, maps);
-  }
-  BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, Fp8BulkDecodeStages(kHeadDim)>>::Launch(params, kv, num_tiles,
-                                                                                             stream, op, maps);
+                         int64_t num_tiles, cudaStream_t stream, const char* op) {
+  BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim>>::Launch(params, kv, num_tiles, stream, op, maps);
 }
 
 template <typename T, int kHeadDim>
@@ -120,7 +113,7 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
     if (kind == TileKind::kDecode) {  // the mma.sync kernel, which dequantises as it loads
       if constexpr (kHeadDim % 128 == 0) {
         if (maps.box_rows > 0 && DeviceRunsSm90a(op)) {
-          return LaunchFp8BulkDecode<T, kHeadDim>(params, kv, maps, num_tiles, split_workers, stream, op);
+          return LaunchFp8BulkDecode<T, kHeadDim>(params, kv, maps, num_tiles, stream, op);
         }
       }
       return KernelInstance<T, DecodeShape<kHeadDim>, PagedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);

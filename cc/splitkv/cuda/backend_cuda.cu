@@ -169,20 +169,12 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   traits.q_tile_tokens = tile.q_tile_tokens;
   const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
   traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
-  int64_t fp8_splits = 0;
   if (tile.kind == TileKind::kDecode && workers.sm90a) {
     traits.fill_workers =
         int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, DecodeFillCtasPerSm(head_dim));
-    // The fp8 kernel at head_dim 128 is latency-bound (docs/perf_log.md): splits fill every
-    // resident CTA of its split grids (3 an SM), up to 64 a tile. H200, fp8 / bf16 time,
-    // filling 3 against 2: 16 x 8192 1.10 -> 0.89, 1 x 32768 1.11 -> 1.06.
-    if (kv_fp8 && head_dim == 128) {
-      traits.fill_workers = traits.num_workers;
-      fp8_splits = 2 * kDecodeMaxSplits;
-    }
   }
   traits.min_keys_per_split = 256;
-  traits.max_splits = tile.kind == TileKind::kDecode ? (fp8_splits > 0 ? fp8_splits : kDecodeMaxSplits) : 64;
+  traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;
   traits.split_block_keys = tile.kind == TileKind::kDecode ? DecodeBlockKeys(static_cast<int>(head_dim))
                                                            : PrefillBlockKeys(static_cast<int>(head_dim));
   // Batch-invariant mode: no in-task splits on CUDA. A tile whose rows see one split writes
