@@ -479,6 +479,12 @@ def _tensor_or_value(x):
     return ("tensor",) + tensor_signature(x) if isinstance(x, torch.Tensor) else x
 
 
+def _scale_tensors(k_scale, v_scale):
+    """The per-head scale tensors among a layout's inputs (None for a float or None: the
+    template holds the float), for their extents."""
+    return tuple(s if isinstance(s, torch.Tensor) else None for s in (k_scale, v_scale))
+
+
 def _scale_addresses(k_scale, v_scale):
     """(k_scales, v_scales) addresses for the templates' launch: a per-head scale tensor's,
     0 for a float or None (the template holds the float)."""
@@ -527,13 +533,14 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
         kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
     if key is not None and layout is None:
         _remember(key, _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q,
-                                     out, max_q_len, sinks, kv_offsets, full_seq_lens))
+                                     out, max_q_len, sinks, kv_offsets, full_seq_lens, k_scale,
+                                     v_scale))
     run(op, _splitkv.LaunchPagedAttention, params, q, workspace)
     return new_out, lse
 
 
 def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out, max_q_len, sinks,
-                  kv_offsets, full_seq_lens):
+                  kv_offsets, full_seq_lens, k_scale, v_scale):
     if isinstance(kv_cache, (tuple, list)):
         k, v = kv_cache
         v_offset = None
@@ -542,7 +549,7 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
         v_offset = v.data_ptr() - k.data_ptr()
     layout = _Layout(_splitkv.PagedTemplate, params, q,
                      (q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
-                      full_seq_lens, out), max_q_len,
+                      full_seq_lens, *_scale_tensors(k_scale, v_scale), out), max_q_len,
                      cu_seqlens_q)
     layout.v_offset = v_offset
     return layout
@@ -587,7 +594,8 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
         batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     if key is not None and layout is None:
         _remember(key, _Layout(_splitkv.RaggedTemplate, params, q,
-                               (q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, out), max_q_len,
+                               (q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv,
+                                *_scale_tensors(k_scale, v_scale), out), max_q_len,
                                cu_seqlens_q))
     run(op, _splitkv.LaunchRaggedAttention, params, q, workspace)
     return new_out, lse

@@ -199,8 +199,8 @@ void BindRaggedParams(py::module_& m) {
 // out or workspace shares a byte with any of its inputs (index and per-head scale tensors
 // included), or whose workspace shares one with out, launches nothing and returns false;
 // the caller then takes the full path, which refuses it with its message. The template
-// holds each tensor's byte extent (first to last element) for that, and the per-head scales'
-// from num_kv_heads: an address and its extent are all the check needs.
+// holds each tensor's byte extent (first to last element) for that: an address and its
+// extent are all the check needs.
 
 // max(a[b + 1] - a[b]) over b < n (int64), or 0 for n == 0: _calls.longest on host data.
 int64_t LongestSegment(const int32_t* a, int64_t n) {
@@ -237,8 +237,8 @@ struct CallTemplate {
     std::copy(tensor_extents.begin(), tensor_extents.end(), extents.begin());
   }
 
-  // True if out shares a byte with any input (the index tensors too: the kernels read them
-  // while out is written), or the workspace with any tensor.
+  // True if out shares a byte with any input (the index and per-head scale tensors too: the
+  // kernels read them while out is written), or the workspace with any tensor.
   bool SharesBytes(const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out,
                    const WorkspaceBuffer& workspace) const {
     const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
@@ -252,29 +252,13 @@ struct CallTemplate {
     }
     return false;
   }
-
-  // True if out or the workspace shares a byte with a per-kv-head scale tensor (float32
-  // [num_kv_heads], contiguous; 0: a float or none): they are read while both are written.
-  bool ScalesShareBytes(std::uintptr_t k_scales, std::uintptr_t v_scales, std::uintptr_t out,
-                        const WorkspaceBuffer& workspace) const {
-    const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
-    const int64_t out_extent = extents[kNumInputs];
-    const int64_t scale_bytes = plan.num_kv_heads * static_cast<int64_t>(sizeof(float));
-    for (const std::uintptr_t scales : {k_scales, v_scales}) {
-      if (scales == 0) continue;
-      if (Overlap(out, out_extent, scales, scale_bytes) || Overlap(base, workspace.bytes, scales, scale_bytes)) {
-        return true;
-      }
-    }
-    return false;
-  }
 };
 
 // Inputs: q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
-// full_seq_lens.
-using PagedTemplate = CallTemplate<PagedAttentionParams, 9>;
-// Inputs: q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv.
-using RaggedTemplate = CallTemplate<RaggedAttentionParams, 6>;
+// full_seq_lens, k_scales, v_scales (a per-head scale tensor; 0 and no extent for a float).
+using PagedTemplate = CallTemplate<PagedAttentionParams, 11>;
+// Inputs: q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales.
+using RaggedTemplate = CallTemplate<RaggedAttentionParams, 8>;
 
 // One call of a paged layout. sinks, kv_offsets, full_seq_lens, k_scales and v_scales are 0
 // when the layout has none (the layout cache keys on whether each is a tensor, and on its
@@ -285,10 +269,9 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
                      std::uintptr_t full_seq_lens, std::uintptr_t out, std::uintptr_t lse,
                      const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
                      std::uintptr_t k_scales, std::uintptr_t v_scales) {
-  if (layout.SharesBytes(
-          {q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens}, out,
-          workspace) ||
-      layout.ScalesShareBytes(k_scales, v_scales, out, workspace)) {
+  if (layout.SharesBytes({q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
+                          full_seq_lens, k_scales, v_scales},
+                         out, workspace)) {
     return false;
   }
   PagedAttentionParams p = layout.plan;
@@ -327,8 +310,7 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
                       std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
                       const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
                       std::uintptr_t k_scales, std::uintptr_t v_scales) {
-  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv}, out, workspace) ||
-      layout.ScalesShareBytes(k_scales, v_scales, out, workspace)) {
+  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales}, out, workspace)) {
     return false;
   }
   RaggedAttentionParams p = layout.plan;
