@@ -1,7 +1,9 @@
 """--context_parallel: the short replay of replay_test on 2 and 3 gloo ranks spawned by the
 test (a FileStore in the test's temporary directory), every check passing on every rank
-(also with gpt-oss-20b's windowed and full layers with sinks, and with an fp8 pool);
-an injected output fault caught on every rank; and the binary under torchrun (127.0.0.1)."""
+(also with gpt-oss-20b's windowed and full layers with sinks, and with an fp8 pool); with
+--batch_invariant, sampled requests re-run alone through the sharded calls bitwise equal on
+every rank; an injected output fault caught on every rank; and the binary under torchrun
+(127.0.0.1)."""
 
 import multiprocessing
 import os
@@ -25,35 +27,46 @@ _REQUESTS = [TraceRequest(i, *spec) for i, spec in enumerate(_SPECS)]
 # gpt-oss-20b's 64 qo heads make the float64 checks 16x dearer: as replay_test, a 300-token
 # prompt in place of the 1100 one (still past the 128-token window, and cut by the shards).
 _GPT_OSS_REQUESTS = [TraceRequest(i, a, 300 if p == 1100 else p, g) for i, (a, p, g) in enumerate(_SPECS)]
+# --batch_invariant: a 3000-token prompt arriving with the 1100 one (the list is in arrival
+# order), decoding in batches of up to 4, whose ~1500 keys a rank the default mode splits by
+# how many requests share the step.
+_INVARIANT_REQUESTS = [TraceRequest(i, *spec)
+                       for i, spec in enumerate(_SPECS[:4] + [(0.05, 3000, 10)] + _SPECS[4:])]
 
 
-def _rank(rank, world, store_path, fault, dtype, queue, model, kv_dtype):
+def _rank(rank, world, store_path, fault, dtype, queue, model, kv_dtype, batch_invariant):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world), rank=rank,
                             world_size=world)
     try:
-        requests = _GPT_OSS_REQUESTS if model == "gpt-oss-20b" else _REQUESTS
+        requests = (_GPT_OSS_REQUESTS if model == "gpt-oss-20b" else
+                    _INVARIANT_REQUESTS if batch_invariant else _REQUESTS)
         config = ReplayConfig(requests=requests, shape=PRESETS[model], kv_dtype=kv_dtype,
                               device=torch.device("cpu"), dtype=dtype, num_pages=512,
                               max_batch_size=4, check_every=1, workspace_bytes=32 << 20,
-                              progress=False, inject_fault=fault, context_parallel=world, rank=rank)
+                              progress=False, inject_fault=fault, context_parallel=world, rank=rank,
+                              batch_invariant=batch_invariant)
         result = run_replay(config)
         outcomes = gather_outcomes(result, None)
+        invariance = [None] * world  # (compared, differed) of each rank, with --batch_invariant
+        if batch_invariant:
+            dist.all_gather_object(invariance, (dict(result.invariance.compared), result.invariance.differed))
         if rank == 0:
             queue.put((result.steps, result.finished, len(result.layers) * result.prefill_calls,
-                       len(result.layers) * result.decode_calls, result.check_stats.calls, outcomes))
+                       len(result.layers) * result.decode_calls, result.check_stats.calls, outcomes,
+                       invariance))
     finally:
         dist.destroy_process_group()
 
 
 def _replay(world, tmp_path, fault="none", dtype=torch.bfloat16, model="llama3-8b-tp8",
-            kv_dtype=None):
+            kv_dtype=None, batch_invariant=False):
     # Ranks fork from a server that imported torch once; splitkv's pool: a thread per rank.
     os.environ["SPLITKV_NUM_THREADS"] = "1"
     multiprocessing.set_forkserver_preload(["torch", "torch.distributed"])
     queue = mp.get_context("forkserver").SimpleQueue()
     mp.start_processes(_rank, args=(world, os.path.join(str(tmp_path), "store"), fault, dtype, queue,
-                                    model, kv_dtype),
+                                    model, kv_dtype, batch_invariant),
                        nprocs=world, join=True, start_method="forkserver")
     return queue.get()
 
@@ -67,7 +80,7 @@ def _replay(world, tmp_path, fault="none", dtype=torch.bfloat16, model="llama3-8
     (2, torch.bfloat16, "llama3-8b-tp8", torch.float8_e4m3fn),
 ], ids=["2-bf16", "3-f32", "2-gpt-oss", "2-fp8"])
 def test_every_rank_passes_every_check(world, tmp_path, dtype, model, kv_dtype):
-    steps, finished, prefill_calls, decode_calls, calls, outcomes = _replay(
+    steps, finished, prefill_calls, decode_calls, calls, outcomes, _ = _replay(
         world, tmp_path, dtype=dtype, model=model, kv_dtype=kv_dtype)
     assert finished == 6 and steps > 40
     assert calls == {"prefill": prefill_calls, "decode": decode_calls}
@@ -83,8 +96,26 @@ def test_every_rank_passes_every_check(world, tmp_path, dtype, model, kv_dtype):
     assert len({(o["max_out_error"], o["max_lse_error"]) for o in outcomes}) == 1
 
 
+def test_batch_invariant_reruns_alone_bitwise_on_every_rank(tmp_path):
+    """--batch_invariant with --context_parallel=2: every checked prefill's requests and the
+    sampled decode requests re-run alone through the sharded calls, out and lse bitwise equal
+    on both ranks. A 3000-token prompt decodes beside others, so the default mode (one pool
+    thread a rank: 4 workers) cuts its ~1500 keys a rank into fewer splits in the batch than
+    alone (checked: without batch_invariant the re-runs differ)."""
+    steps, finished, prefill_calls, decode_calls, calls, outcomes, invariance = _replay(
+        2, tmp_path, batch_invariant=True)
+    assert finished == len(_INVARIANT_REQUESTS)
+    for rank, o in enumerate(outcomes):
+        assert o["ok"], (rank, o)
+    for compared, differed in invariance:
+        assert differed == 0
+        assert compared["prefill"] == len(_INVARIANT_REQUESTS)  # every request
+        assert compared["decode"] >= decode_calls  # at least one request of every checked call
+    assert invariance[0] == invariance[1]
+
+
 def test_output_fault_fails_every_rank(tmp_path):
-    *_, outcomes = _replay(2, tmp_path, fault="output")
+    *_, outcomes, _ = _replay(2, tmp_path, fault="output")
     for o in outcomes:
         assert not o["ok"] and len(o["failures"]) == 1 and o["counter_failure"] is None
         assert o["failures"][0].startswith("prefill step 0 request 0 (q_len 1, kv_len 1)")

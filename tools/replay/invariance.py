@@ -36,30 +36,43 @@ def decode_sample(n):
     return sorted({0, n // 2, n - 1}) if n > 0 else []
 
 
-def check_prefill(step, seqs, q, k, v, out, lse, workspace, sm_scale, stats, options, tag=""):
-    """Re-runs each request of a ragged prefill alone (options: the layer's window, sinks,
-    fp8 scales, as in the batched call; tag: the layer, in messages)."""
+def check_prefill(step, seqs, out, lse, stats, alone, tag=""):
+    """Re-runs each request of a prefill alone: alone(seq, rows, n) gives (out, lse) of the
+    request whose n tokens are the batch's rows (ragged_alone, or the runner's sharded call
+    under --context_parallel); tag: the layer, in messages."""
     offset = 0
     for seq in seqs:
         n = seq.request.context_tokens
         rows = slice(offset, offset + n)
-        cu = torch.tensor([0, n], dtype=torch.int32, device=q.device)
-        alone = splitkv.ragged_attention(q[rows], k[rows], v[rows], cu, cu, workspace, causal=True,
-                                         sm_scale=sm_scale, max_q_len=n, return_lse=True, batch_invariant=True,
-                                         **options)
-        _record(stats, "prefill", step, seq, (out[rows], lse[rows]), alone, tag)
+        _record(stats, "prefill", step, seq, (out[rows], lse[rows]), alone(seq, rows, n), tag)
         offset += n
 
 
-def check_decode(step, seqs, q, kv_cache, block_tables, seq_lens, out, lse, workspace, kv_layout, sm_scale,
-                 stats, options, tag=""):
-    """Re-runs sampled requests of a paged decode alone (their block-table row, their length;
-    options and tag as in check_prefill)."""
+def check_decode(step, seqs, out, lse, stats, alone, tag=""):
+    """Re-runs sampled requests of a decode alone: alone(i) gives (out, lse) of the batch's
+    request i by itself (paged_alone, or the runner's sharded call); tag as in check_prefill."""
     for i in decode_sample(len(seqs)):
-        alone = splitkv.paged_attention(q[i:i + 1], kv_cache, block_tables[i:i + 1], seq_lens[i:i + 1],
-                                        workspace, kv_layout=kv_layout, causal=True, sm_scale=sm_scale,
-                                        max_q_len=1, return_lse=True, batch_invariant=True, **options)
-        _record(stats, "decode", step, seqs[i], (out[i:i + 1], lse[i:i + 1]), alone, tag)
+        _record(stats, "decode", step, seqs[i], (out[i:i + 1], lse[i:i + 1]), alone(i), tag)
+
+
+def ragged_alone(q, k, v, workspace, sm_scale, options):
+    """check_prefill's alone: the request's own ragged call (options: the layer's window,
+    sinks, fp8 scales, as in the batched call)."""
+    def alone(seq, rows, n):
+        cu = torch.tensor([0, n], dtype=torch.int32, device=q.device)
+        return splitkv.ragged_attention(q[rows], k[rows], v[rows], cu, cu, workspace, causal=True,
+                                        sm_scale=sm_scale, max_q_len=n, return_lse=True, batch_invariant=True,
+                                        **options)
+    return alone
+
+
+def paged_alone(q, kv_cache, block_tables, seq_lens, workspace, kv_layout, sm_scale, options):
+    """check_decode's alone: a one-row paged call (the request's block-table row and length)."""
+    def alone(i):
+        return splitkv.paged_attention(q[i:i + 1], kv_cache, block_tables[i:i + 1], seq_lens[i:i + 1],
+                                       workspace, kv_layout=kv_layout, causal=True, sm_scale=sm_scale,
+                                       max_q_len=1, return_lse=True, batch_invariant=True, **options)
+    return alone
 
 
 def workspace_bytes_needed(requests, shape, max_prefill_tokens, max_batch_size, max_pages_per_seq):

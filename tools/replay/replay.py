@@ -155,10 +155,6 @@ def main(argv):
         raise _refuse("replay: --batch_invariant conflicts with a forced num_splits: expected "
                       "--prefill_num_splits=0 and --decode_num_splits=0, got "
                       f"{FLAGS.prefill_num_splits} and {FLAGS.decode_num_splits}")
-    if FLAGS.batch_invariant and FLAGS.context_parallel > 1:
-        raise _refuse("replay: --batch_invariant conflicts with --context_parallel: expected one of "
-                      f"them, got --context_parallel={FLAGS.context_parallel} (the sharded calls do not "
-                      "take batch_invariant yet)")
     fp8 = FLAGS.kv_dtype == "fp8_e4m3"
     if fp8 and FLAGS.dtype == "float32":
         raise _refuse("replay: --kv_dtype=fp8_e4m3 conflicts with --dtype=float32: expected --dtype "

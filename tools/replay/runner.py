@@ -118,6 +118,13 @@ class _StepRunner:
         self.timer.stop(kind)
         return out, lse
 
+    def _sharded_alone(self, layer, q, seqs, full_lens, options, **kwargs):
+        """(out, lse) of seqs' distributed call by themselves (every rank makes the same call:
+        the schedule and the sampled requests are the same on every rank)."""
+        op, _, args, call_options = layer.shards.call(q, seqs, full_lens, sm_scale=self.sm_scale, **kwargs,
+                                                      **options)
+        return op(*args, self.workspace, return_lse=True, batch_invariant=True, **call_options)
+
     def _should_check(self, calls_so_far):
         return self.config.check_every > 0 and calls_so_far % self.config.check_every == 0
 
@@ -157,8 +164,13 @@ class _StepRunner:
             if check:
                 checks.check_prefill(step, seqs, q, self._faulty(out), lse, layer, self.sm_scale, self.stats)
                 if self.config.batch_invariant:
-                    invariance.check_prefill(step, seqs, q, k, v, out, lse, self.workspace, self.sm_scale,
-                                             self.result.invariance, options, layer.tag)
+                    if layer.shards is None:
+                        alone = invariance.ragged_alone(q, k, v, self.workspace, self.sm_scale, options)
+                    else:
+                        alone = lambda seq, rows, n: self._sharded_alone(
+                            layer, q[rows], [seq], [n], options, max_q_len=n,
+                            cu_seqlens_q=torch.tensor([0, n], dtype=torch.int32, device=q.device))
+                    invariance.check_prefill(step, seqs, out, lse, self.result.invariance, alone, layer.tag)
         self.result.prefill_calls += 1
         self.result.prefill_tokens += total
 
@@ -189,9 +201,14 @@ class _StepRunner:
                 checks.check_decode(step, seqs, kv_lens, q, self._faulty(out), lse, layer, self.sm_scale,
                                     self.stats)
                 if self.config.batch_invariant:
-                    invariance.check_decode(step, seqs, q, layer.cache.kv_cache, block_tables, seq_lens, out,
-                                            lse, self.workspace, self.config.kv_layout, self.sm_scale,
-                                            self.result.invariance, options, layer.tag)
+                    if layer.shards is None:
+                        alone = invariance.paged_alone(q, layer.cache.kv_cache, block_tables, seq_lens,
+                                                       self.workspace, self.config.kv_layout, self.sm_scale,
+                                                       options)
+                    else:
+                        alone = lambda i: self._sharded_alone(layer, q[i:i + 1], [seqs[i]], [kv_lens[i]],
+                                                              options, max_q_len=1)
+                    invariance.check_decode(step, seqs, out, lse, self.result.invariance, alone, layer.tag)
         self.result.decode_calls += 1
         self.result.decode_tokens += len(seqs)
 
