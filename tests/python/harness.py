@@ -35,6 +35,19 @@ DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16
 CURRENT_TEST_MARKS = None
 
 
+# Batches at the wgmma prefill's edges (prefill_sm90_test, paged_prefill_sm90_test), name ->
+# (q_lens, kv_lens): "ragged": several 128-key blocks and partial tiles; "suffix": queries at
+# the end of a longer KV; "short_kv": more queries than keys (causal rows with no key);
+# "empty": zero-length requests around real ones; "long": a 2-stage ring reused many times.
+PREFILL_SM90_BATCHES = {
+    "ragged": ([37, 130, 5, 257], [37, 130, 5, 257]),
+    "suffix": ([20, 1, 90, 129], [300, 64, 95, 700]),
+    "short_kv": ([200, 64], [40, 63]),
+    "empty": ([12, 0, 0, 9, 3, 140], [40, 25, 0, 9, 0, 140]),
+    "long": ([1000], [1100]),
+}
+
+
 def require(device, dtype=None, head_dim=None, backend=True):
     """Skips what a device cannot run: no GPU, a CPU-only build (when the test launches
     attention: backend=True), CPU-only dtypes and head_dims. A test that needs CUDA without
@@ -87,10 +100,11 @@ def assert_counter_region_zero(workspace):
 
 
 def run_and_check(problem, workspace, options, poison_out=False, **run_options):
-    """Runs `problem` with the attention `options` (which the float64 reference gets too)
-    and `run_options` (num_splits, ...), into a NaN-poisoned `out` when `poison_out` (every
-    element must be written, and the result is that tensor), and asserts the output, the
-    LSE and a zero counter region. Returns (out, lse)."""
+    """Runs `problem` with the attention `options` (which the float64 reference gets too:
+    kv_offsets and full_seq_lens included) and `run_options` (num_splits, ...), into a
+    NaN-poisoned `out` when `poison_out` (every element must be written, and the result is
+    that tensor), and asserts the output, the LSE and a zero counter region. Returns
+    (out, lse)."""
     out = torch.full_like(problem.q, float("nan")) if poison_out else None
     got, lse = problem.run(workspace, return_lse=True, out=out, **run_options, **options)
     if out is not None:
@@ -213,15 +227,22 @@ class PagedProblem:
         return splitkv.plan_paged_attention(self.q, self.kv_cache, self.block_tables,
                                             self.seq_lens, workspace, **self.kwargs(**options))
 
-    def reference(self, **options):
+    def reference(self, kv_offsets=None, full_seq_lens=None, **options):
         """float64 (out, lse) on the CPU; options: the call's (those not about attention's
-        values are left out)."""
+        values are left out). kv_offsets / full_seq_lens (per request, ints or int tensors,
+        both or neither) place request b's keys at positions kv_offsets[b] .. of a request of
+        full_seq_lens[b] keys and its queries at the last q_len of those, as paged_attention
+        does; each row is then at its local position in the shard."""
         options = _reference_options(options)
         q = self.q.cpu()
         outs, lses = [], []
         begin = 0
-        for q_len, k, v in zip(self.q_lens, self.keys, self.values):
-            out, lse = splitkv_reference.attention(q[begin:begin + q_len], k, v, **options)
+        for b, (q_len, k, v) in enumerate(zip(self.q_lens, self.keys, self.values)):
+            positions = {}
+            if kv_offsets is not None:
+                start = int(full_seq_lens[b]) - int(kv_offsets[b]) - q_len
+                positions = dict(positions=torch.arange(start, start + q_len))
+            out, lse = splitkv_reference.attention(q[begin:begin + q_len], k, v, **positions, **options)
             outs.append(out)
             lses.append(lse)
             begin += q_len

@@ -21,7 +21,6 @@ import torch
 
 import harness
 import splitkv
-import splitkv_reference
 from harness import DEVICES
 from splitkv import _calls
 
@@ -56,37 +55,13 @@ def _problem(shards, device, dtype=torch.float32, group=2, head_dim=64, page_siz
     return problem, as_int(shards.kv_offsets), as_int(shards.full_lens)
 
 
-def _reference(problem, shards, **options):
-    """float64 (out, lse) with each row at its local position in the shard."""
-    options = {k: v for k, v in options.items()
-               if k in ("causal", "sm_scale", "window_left", "logits_soft_cap", "sinks")}
-    q = problem.q.cpu()
-    outs, lses = [], []
-    row = 0
-    for b, (q_len, k, v) in enumerate(zip(problem.q_lens, problem.keys, problem.values)):
-        start = shards.full_lens[b] - shards.kv_offsets[b] - q_len
-        positions = torch.arange(start, start + q_len)
-        out, lse = splitkv_reference.attention(q[row:row + q_len], k, v, positions=positions,
-                                               **options)
-        outs.append(out)
-        lses.append(lse)
-        row += q_len
-    return torch.cat(outs), torch.cat(lses)
-
-
-def _run_checked(problem, shards, offsets, fulls, workspace, **options):
-    """The call into a NaN-poisoned out over a NaN workspace tail, checked against float64;
-    returns (out, lse)."""
+def _run_checked(problem, offsets, fulls, workspace, **options):
+    """The call into a NaN-poisoned out over a NaN workspace tail, checked against float64
+    with each row at its local position in the shard (PagedProblem.reference); returns
+    (out, lse)."""
     harness.fill_garbage(workspace)
-    out = torch.full_like(problem.q, float("nan"))
-    got, lse = problem.run(workspace, return_lse=True, out=out, kv_offsets=offsets,
-                           full_seq_lens=fulls, **options)
-    assert got is out
-    expected, expected_lse = _reference(problem, shards, **options)
-    harness.assert_close(got, expected, problem.dtype)
-    harness.assert_lse_close(lse, expected_lse)
-    harness.assert_counter_region_zero(workspace)
-    return got, lse
+    return harness.run_and_check(problem, workspace, dict(options, kv_offsets=offsets, full_seq_lens=fulls),
+                                 poison_out=True)
 
 
 _OPTIONS = [
@@ -105,7 +80,7 @@ _OPTIONS = [
 def test_decode_shards_match_float64(device, dtype, options):
     harness.require(device, dtype)
     problem, offsets, fulls = _problem(_DECODE, device, dtype, seed=1)
-    out, lse = _run_checked(problem, _DECODE, offsets, fulls, harness.shared_workspace(device),
+    out, lse = _run_checked(problem, offsets, fulls, harness.shared_workspace(device),
                             **options)
     # Request 4's query sits 293 keys past its shard: any window leaves it nothing.
     if options.get("window_left", -1) in (0, 20, 33, 100):
@@ -119,7 +94,7 @@ def test_decode_shards_match_float64(device, dtype, options):
 def test_prefill_shards_match_float64(device, dtype, causal, options):
     harness.require(device, dtype)
     problem, offsets, fulls = _problem(_PREFILL, device, dtype, seed=2)
-    out, lse = _run_checked(problem, _PREFILL, offsets, fulls, harness.shared_workspace(device),
+    out, lse = _run_checked(problem, offsets, fulls, harness.shared_workspace(device),
                             causal=causal, **options)
     if causal:
         # Request 3's first 10 rows (positions 90..99) lie before its shard (100..119).
@@ -147,7 +122,7 @@ def test_sinks_and_soft_cap(device):
     harness.require(device, torch.bfloat16)
     problem, offsets, fulls = _problem(_PREFILL, device, torch.bfloat16, seed=4)
     sinks = torch.randn(problem.q.shape[1], generator=torch.Generator().manual_seed(5)).to(device)
-    out, lse = _run_checked(problem, _PREFILL, offsets, fulls, harness.shared_workspace(device),
+    out, lse = _run_checked(problem, offsets, fulls, harness.shared_workspace(device),
                             window_left=30, sinks=sinks, logits_soft_cap=20.0, num_splits=2)
     # A row that sees no key of its shard: out 0, lse the sink.
     rows = sum(_PREFILL.q_lens[:3])
@@ -163,7 +138,7 @@ def test_batch_invariant(device):
                     full_lens=[3000, 1000, 4100], q_lens=[1, 20, 3])
     problem, offsets, fulls = _problem(shards, device, torch.bfloat16, seed=6)
     workspace = harness.shared_workspace(device)
-    out, lse = _run_checked(problem, shards, offsets, fulls, workspace, window_left=1600,
+    out, lse = _run_checked(problem, offsets, fulls, workspace, window_left=1600,
                             batch_invariant=True)
     # Request 2 alone: the same bits.
     got = splitkv.paged_attention(problem.q[21:], problem.kv_cache, problem.block_tables[2:],
@@ -216,7 +191,7 @@ def test_cached_calls_read_each_calls_offsets(device, monkeypatch):
     for shards in variants:
         offsets = torch.tensor(shards.kv_offsets, dtype=torch.int32, device=device)
         fulls = torch.tensor(shards.full_lens, dtype=torch.int32, device=device)
-        results.append(_run_checked(problem, shards, offsets, fulls, workspace, window_left=30))
+        results.append(_run_checked(problem, offsets, fulls, workspace, window_left=30))
     assert counts["full"] == 1
     assert not torch.equal(results[0][1], results[1][1])
     assert not torch.equal(results[1][1], results[2][1])
@@ -243,7 +218,7 @@ def test_cuda_bulk_decode_kernel_head_dim_128(kv_form):
     workspace = harness.shared_workspace("cuda")
     for options in (dict(), dict(window_left=127), dict(window_left=1000), dict(num_splits=7),
                     dict(window_left=2600, num_splits=4)):
-        _run_checked(problem, shards, as_int(shards.kv_offsets), as_int(shards.full_lens),
+        _run_checked(problem, as_int(shards.kv_offsets), as_int(shards.full_lens),
                      workspace, **options)
 
 
@@ -268,7 +243,7 @@ def test_cuda_fp8_decode_and_prefill():
             problem.keys[b], problem.values[b] = rows[:, 0], rows[:, 1]
         problem.kv_cache = fp8
         as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device="cuda")
-        _run_checked(problem, shards, as_int(shards.kv_offsets), as_int(shards.full_lens),
+        _run_checked(problem, as_int(shards.kv_offsets), as_int(shards.full_lens),
                      harness.shared_workspace("cuda"), window_left=150, k_scale=k_scale,
                      v_scale=v_scale)
 
@@ -318,7 +293,7 @@ _HUGE = Shards(seq_lens=[40, 33, 20, 5], kv_offsets=[0, _INT32_MAX - 33, _INT32_
 def test_positions_near_int32_max(device, causal, window_left):
     harness.require(device, torch.bfloat16)
     problem, offsets, fulls = _problem(_HUGE, device, torch.bfloat16, seed=11)
-    out, lse = _run_checked(problem, _HUGE, offsets, fulls, harness.shared_workspace(device),
+    out, lse = _run_checked(problem, offsets, fulls, harness.shared_workspace(device),
                             causal=causal, window_left=window_left)
     expected, expected_lse = _independent_float64(problem, _HUGE, causal, window_left)
     harness.assert_close(out, expected, torch.bfloat16)
@@ -347,7 +322,7 @@ def test_odd_shards_and_empty_segments(device, kv_layout, options):
                                  head_dim=128, dtype=torch.float16, device=device,
                                  kv_layout=kv_layout, q_lens=_ODD.q_lens, seed=12)
     as_int = lambda xs: torch.tensor(xs, dtype=torch.int32, device=device)
-    out, lse = _run_checked(problem, _ODD, as_int(_ODD.kv_offsets), as_int(_ODD.full_lens),
+    out, lse = _run_checked(problem, as_int(_ODD.kv_offsets), as_int(_ODD.full_lens),
                             harness.shared_workspace(device), **options)
     if "logits_soft_cap" not in options:
         expected, expected_lse = _independent_float64(problem, _ODD, options.get("causal", True),
