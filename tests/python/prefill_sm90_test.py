@@ -20,16 +20,7 @@ import splitkv_reference
 
 pytestmark = pytest.mark.gpu
 
-# (q_lens, kv_lens): "ragged": several 128-key blocks and partial tiles; "suffix": queries
-# at the end of a longer KV; "short_kv": more queries than keys (causal rows with no key);
-# "empty": zero-length requests around real ones; "long": a 2-stage ring reused many times.
-_BATCHES = {
-    "ragged": ([37, 130, 5, 257], [37, 130, 5, 257]),
-    "suffix": ([20, 1, 90, 129], [300, 64, 95, 700]),
-    "short_kv": ([200, 64], [40, 63]),
-    "empty": ([12, 0, 0, 9, 3, 140], [40, 25, 0, 9, 0, 140]),
-    "long": ([1000], [1100]),
-}
+_BATCHES = harness.PREFILL_SM90_BATCHES  # (q_lens, kv_lens)
 
 CASES = harness.pairwise({
     "batch": list(_BATCHES),
