@@ -4,7 +4,7 @@ pages in random or table order. On sm_90 both run the wgmma + TMA prefill (paged
 page-box tensor copies); SPLITKV_DISABLE_SM90=1 gives the mma.sync kernel for both. A/B of
 builds: run it once per staged package.
 
-    PYTHONPATH=.device_x:tests/python python3 tools/gpu/paged_prefill_probe.py [--quick]
+    PYTHONPATH=.device_x:. python3 tools/gpu/paged_prefill_probe.py [--quick]
 """
 
 import sys
@@ -12,21 +12,12 @@ import sys
 import torch
 
 import splitkv
+from tools.bench import timing
 
 
-def _time(run, iters=20):
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(iters):
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+def _time(run):
+    """Median ms of one call between events after 3 warm-up calls (the bench's eager timing)."""
+    return timing.time_eager([run], warmup=3, iters=20) * 1e3
 
 
 def probe(batch, seq_len, head_dim=128, page_sizes=(16, 64), heads=(32, 8), dtype=torch.bfloat16):
