@@ -148,22 +148,17 @@ struct Fp8Frags {
   static __device__ __forceinline__ uint32_t VBase(int row, int lane) {
     return row * 128 | (((lane >> 4) ^ (row & 7)) << 4) | (lane & 12);
   }
-  static __device__ __forceinline__ uint32_t Load(uint32_t smem_addr) {
-    uint32_t w;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(smem_addr));
-    return w;
-  }
   // b0 (low) and b1 (high) of k-step ks for the key row whose KBase (plus the block's shared
   // address) is `k_addr`.
   static __device__ __forceinline__ void K(uint32_t k_addr, int ks, uint32_t& b0, uint32_t& b1) {
-    Fp8x4ToHalf2x2(Load((k_addr ^ ((ks & 7) << 4)) + (ks >> 3) * kHalfBytes), b0, b1);
+    Fp8x4ToHalf2x2(LdShared32((k_addr ^ ((ks & 7) << 4)) + (ks >> 3) * kHalfBytes), b0, b1);
   }
   // b0[j], b1[j] of d-tile 4q + j from key rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of a
   // k-step, whose VBase (plus the block's shared address) are v_addr[0..3].
   static __device__ __forceinline__ void V(const uint32_t (&v_addr)[4], int q, uint32_t (&b0)[4], uint32_t (&b1)[4]) {
     uint32_t w[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) w[k] = Load((v_addr[k] ^ (((2 * q) & 7) << 4)) + (q >> 2) * kHalfBytes);
+    for (int k = 0; k < 4; ++k) w[k] = LdShared32((v_addr[k] ^ (((2 * q) & 7) << 4)) + (q >> 2) * kHalfBytes);
     Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], 0x5140), b0[0], b0[1]);
     Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], 0x7362), b0[2], b0[3]);
     Fp8x4ToHalf2x2(__byte_perm(w[2], w[3], 0x5140), b1[0], b1[1]);

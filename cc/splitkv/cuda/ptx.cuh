@@ -17,6 +17,14 @@ __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// A 32-bit load from a shared-memory address (callers that compute addresses as integers,
+// e.g. by XOR with a swizzle pattern). volatile: it stays ordered after the barrier waits.
+__device__ __forceinline__ uint32_t LdShared32(uint32_t smem_addr) {
+  uint32_t w;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(w) : "r"(smem_addr));
+  return w;
+}
+
 // Copies 16 bytes; with src_bytes == 0 nothing is read and the destination is zero-filled,
 // which is how out-of-range key rows become zeros (never garbage, never NaN).
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int src_bytes) {
