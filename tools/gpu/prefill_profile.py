@@ -4,6 +4,7 @@ and a quick same-process timing of both.
     python3 tools/gpu/prefill_profile.py splitkv 1x16384 4x4096     # 2 launches each (for ncu)
     python3 tools/gpu/prefill_profile.py fa3 1x16384                # FA3's varlen call, the same
     python3 tools/gpu/prefill_profile.py --time 1x16384 4x4096      # both, CUDA graphs, TFLOP/s
+    python3 tools/gpu/prefill_profile.py --time --nofa3 trace       # splitkv alone (A/B of builds)
 
 A shape is BATCHxLEN (q_len == kv_len; bf16, 32 qo / 8 kv heads, head_dim 128), or `trace`: the
 bench's 16 prompt lengths drawn from the conversation trace (tools/bench/shapes.py). FA3 needs
@@ -51,7 +52,7 @@ def flops(case):
 def main(argv):
     timed = "--time" in argv
     args = [a for a in argv if not a.startswith("--")]
-    impls = ["splitkv", "fa3"] if timed else [args.pop(0)]
+    impls = ["splitkv"] if "--nofa3" in argv else ["splitkv", "fa3"] if timed else [args.pop(0)]
     gen = torch.Generator(device="cuda").manual_seed(0)
     workspace = splitkv.Workspace(256 << 20, "cuda")
     for spec in args:
@@ -74,7 +75,7 @@ def main(argv):
             t, _ = timing.time_calls([lambda i=i: call(i) for i in range(len(copies))], torch.device("cuda", 0),
                                      5, 30)
             print(f"{impl:<8} {spec:<10} {t * 1e3:8.4f} ms  {flops(case) / t / 1e12:6.1f} TFLOP/s", flush=True)
-        if timed:
+        if len(results) == 2:
             diff = float((results["splitkv"].float() - results["fa3"].float()).abs().max())
             print(f"{spec}: max |splitkv - fa3| {diff:.2e}{'  BAD' if not diff < 2e-2 else ''}", flush=True)
 
