@@ -323,19 +323,21 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units
   float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
 
-  const uint32_t q_addr = SharedAddress(smem + S::kQOffset) + consumer * 64 * 128;
-  auto k_addr = [&](int stage) { return SharedAddress(smem + S::kKOffset + stage * S::kKvTileBytes); };
-  auto v_addr = [&](int stage) { return SharedAddress(smem + S::kVOffset + stage * S::kKvTileBytes); };
+  // Operand descriptors of Q, of stage 0's K and V; a stage and a k-step advance them.
+  const uint64_t q_desc = Desc128B(SharedAddress(smem + S::kQOffset) + consumer * 64 * 128, 16, 1024);
+  const uint64_t k_desc = Desc128B(SharedAddress(smem + S::kKOffset), 16, 1024);
+  const uint64_t v_desc = Desc128B(SharedAddress(smem + S::kVOffset), S::kKvHalfBytes, 1024);
 
   // S = Q K^T over head_dim / 16 k-steps of 16 columns (4 per 128-byte swizzled half);
   // issued, not waited.
   auto issue_s = [&](float (&s)[S::kSRegs], int stage) {
-    WgmmaSS<T, false>(s, Desc128B(q_addr, 16, 1024), Desc128B(k_addr(stage), 16, 1024));
+    const uint64_t k_stage = DescAdvance(k_desc, stage * S::kKvTileBytes);
+    WgmmaSS<T, false>(s, q_desc, k_stage);
 #pragma unroll
     for (int ks = 1; ks < S::kKSteps; ++ks) {
       const uint32_t q_offset = (ks / 4) * S::kQHalfBytes + (ks % 4) * 32;
       const uint32_t k_offset = (ks / 4) * S::kKvHalfBytes + (ks % 4) * 32;
-      WgmmaSS<T, true>(s, Desc128B(q_addr + q_offset, 16, 1024), Desc128B(k_addr(stage) + k_offset, 16, 1024));
+      WgmmaSS<T, true>(s, DescAdvance(q_desc, q_offset), DescAdvance(k_stage, k_offset));
     }
     WgmmaCommit();
   };
@@ -345,15 +347,15 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   // upper 64 registers (the accumulator layout of columns 128.. continues where 0..127 end).
   // Issued, not waited.
   auto issue_pv = [&](const uint32_t (&a)[S::kPSteps][4], int stage) {
+    const uint64_t v_stage = DescAdvance(v_desc, stage * S::kKvTileBytes);
 #pragma unroll
     for (int kk = 0; kk < S::kPSteps; ++kk) {
-      const uint32_t v_k = v_addr(stage) + kk * 16 * 128;
+      const uint64_t v_k = DescAdvance(v_stage, kk * 16 * 128);
       if constexpr (S::kHeadDim == 256) {
-        WgmmaRS<T>(*reinterpret_cast<float(*)[64]>(o_acc), a[kk], Desc128B(v_k, S::kKvHalfBytes, 1024));
-        WgmmaRS<T>(*reinterpret_cast<float(*)[64]>(o_acc + 64), a[kk],
-                   Desc128B(v_k + 2 * S::kKvHalfBytes, S::kKvHalfBytes, 1024));
+        WgmmaRS<T>(*reinterpret_cast<float(*)[64]>(o_acc), a[kk], v_k);
+        WgmmaRS<T>(*reinterpret_cast<float(*)[64]>(o_acc + 64), a[kk], DescAdvance(v_k, 2 * S::kKvHalfBytes));
       } else {
-        WgmmaRS<T>(o_acc, a[kk], Desc128B(v_k, S::kKvHalfBytes, 1024));
+        WgmmaRS<T>(o_acc, a[kk], v_k);
       }
     }
     WgmmaCommit();

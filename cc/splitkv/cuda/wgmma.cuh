@@ -38,6 +38,15 @@ __device__ __forceinline__ uint64_t Desc128B(uint32_t smem_addr, uint32_t leadin
   return d;
 }
 
+// The descriptor of the operand `bytes` further into shared memory. The start address is the
+// low field (bits 0-13, in 16-byte units) and shared memory (< 256 KiB) never carries out of
+// it, so only the low word changes: one 32-bit add where Desc128B rebuilds every field (per
+// k-step and stage, ~100 uniform-datapath instructions a block in the prefill loop).
+__device__ __forceinline__ uint64_t DescAdvance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
+}
+
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int kPending>
