@@ -13,6 +13,7 @@ from tools.bench import accuracy
 from tools.bench import inputs
 from tools.bench import peers
 from tools.bench import serving_peers
+from tools.bench import shapes
 from tools.bench import timing
 
 
@@ -50,16 +51,6 @@ def _free():
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _flops(case):
-    """2 matmuls of 2 flops per multiply-add; a causal square request counted as half."""
-    total = 0
-    for kv_len in case.seq_lens():
-        q_len = 1 if case.section in ("decode", "merge") else kv_len
-        full = 4 * case.num_qo_heads * case.head_dim * q_len * kv_len
-        total += full / 2 if case.section == "prefill" and case.causal else full
-    return total
 
 
 def _row(case, dtype, impl, **fields):
@@ -118,7 +109,7 @@ def _measure(ctx, case, dtype, impl, prepare, data, sample, sdpa_ref, page_size=
             row["timing"] = "eager"
             row["note"] = f"no CUDA graph ({timed['graph_error']}): headline figures eager"
         row["seconds"], row["iters"] = seconds, iters
-        row["kv_bytes"], row["flops"] = inputs.kv_bytes(case, kv_dtype or dtype), _flops(case)
+        row["kv_bytes"], row["flops"] = inputs.kv_bytes(case, kv_dtype or dtype), shapes.flops(case)
         row["bytes_per_s"] = row["kv_bytes"] / seconds
         row["pct_copy"] = 100.0 * row["bytes_per_s"] / ctx.copy_bytes_per_s
         row["flops_per_s"] = row["flops"] / seconds

@@ -79,6 +79,16 @@ def uniform_prefill(batch, seq_len, **kwargs):
     return PrefillCase((seq_len,) * batch, f"{batch} x {seq_len}", **kwargs)
 
 
+def flops(case):
+    """2 matmuls of 2 flops per multiply-add; a causal square request counted as half."""
+    total = 0
+    for kv_len in case.seq_lens():
+        q_len = 1 if case.section in ("decode", "merge") else kv_len
+        full = 4 * case.num_qo_heads * case.head_dim * q_len * kv_len
+        total += full / 2 if case.section == "prefill" and case.causal else full
+    return total
+
+
 def trace_lengths(path, count, seed=0, max_len=0):
     """`count` prompt lengths drawn (without replacement, seeded) from a trace CSV's
     ContextTokens column, each clipped to `max_len` when it is > 0."""

@@ -45,10 +45,6 @@ def make_calls(impl, case, copies, workspace):
     return call
 
 
-def flops(case):
-    return sum(2 * 2 * n * (n + 1) / 2 for n in case.lengths) * case.num_qo_heads * case.head_dim
-
-
 def main(argv):
     timed = "--time" in argv
     args = [a for a in argv if not a.startswith("--")]
@@ -74,7 +70,7 @@ def main(argv):
             results[impl] = call(0).clone()
             t, _ = timing.time_calls([lambda i=i: call(i) for i in range(len(copies))], torch.device("cuda", 0),
                                      5, 30)
-            print(f"{impl:<8} {spec:<10} {t * 1e3:8.4f} ms  {flops(case) / t / 1e12:6.1f} TFLOP/s", flush=True)
+            print(f"{impl:<8} {spec:<10} {t * 1e3:8.4f} ms  {shapes.flops(case) / t / 1e12:6.1f} TFLOP/s", flush=True)
         if len(results) == 2:
             diff = float((results["splitkv"].float() - results["fa3"].float()).abs().max())
             print(f"{spec}: max |splitkv - fa3| {diff:.2e}{'  BAD' if not diff < 2e-2 else ''}", flush=True)
