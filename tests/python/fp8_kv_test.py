@@ -179,6 +179,30 @@ def test_paged_fp8_decode_long(device, dtype, head_dim, num_splits):
         assert out.dtype == dtype
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("group,q_lens", [(8, None), (2, [4, 1, 3, 4]), (1, [8, 2, 5, 1]), (4, [2, 1, 2, 2]),
+                                          (16, None), (3, [3, 1, 2, 3]), (4, [4, 1, 3, 2])],
+                         ids=["g8", "g2q4", "g1q8", "g4q2", "g16", "g3q3", "g4q4"])
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_paged_fp8_tile_rows(device, group, q_lens, num_splits):
+    """Decode tiles of 1 to 16 query rows (group x tokens: one token at group 8 or 16, a few
+    speculative tokens at a small group) over an fp8 cache at head_dim 128 and 256, where
+    causal rows of one tile see different keys, planned and forced splits, against float64
+    on the dequantised K/V (the sm_90 decode kernel's fragments at every row count)."""
+    for head_dim, dtype, seed in ((128, torch.bfloat16, 21), (256, torch.float16, 22)):
+        harness.require(device, dtype, head_dim)
+        problem = harness.make_paged([700, 9, 300, 1200], page_size=16, group=group,
+                                     head_dim=head_dim, dtype=dtype, q_lens=q_lens,
+                                     device=device, seed=seed)
+        k_scale = _scales(True, 2, seed)
+        problem.kv_cache, problem.keys, problem.values = _quantised_paged(problem, k_scale, 0.6)
+        workspace = harness.shared_workspace(device)
+        harness.fill_garbage(workspace)
+        out, _ = harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=num_splits,
+                                       k_scale=k_scale.to(device), v_scale=0.6)
+        assert out.dtype == dtype
+
+
 @pytest.mark.parametrize("cached", [False, True], ids=["first", "cached"])
 def test_scale_tensors_overlapping_out_or_workspace_are_refused(cached):
     # Per-head scales are read while out and the workspace are written: an out or workspace
