@@ -86,6 +86,12 @@ inline constexpr int kBulkDecodeRingStages = 3;
 // outweighing the parallelism. (A key floor instead, 1024, cost 8 x 2048 38 %: 2 splits, one
 // CTA an SM, against 6.)
 inline constexpr int64_t kDecodeMaxSplits = 32;
+// Fewest keys a decode split takes (prefill tiles: 256). A short request at a small batch is
+// latency-bound on each CTA's chain of blocks, so within one wave more, shorter splits win:
+// H200, 1 request x 32 / 8 heads, d128, bf16, page 16, graph (us, forced splits 4 / 8 / 16):
+// 1 x 1024 11.60 / 9.52 / 8.97, 1 x 2048 (8 / 16) 11.69 / 10.16; at 256 the planner took 4
+// and 8 (FlashInfer XQA 8.7 and 9.9 in the same day's bench, docs/perf_log.md 2026-12-02).
+inline constexpr int64_t kDecodeMinKeysPerSplit = 128;
 // CTAs an SM the split heuristic fills with decode tiles on sm_90 at head_dim 128 (3 fit).
 // Decode streams K/V: two CTAs an SM keep enough copies in flight, and a third adds only its
 // fixed cost (prologue, epilogue, a partial to merge). H200, same call each (us): 16 x 4096
