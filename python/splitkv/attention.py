@@ -153,10 +153,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
         (one scale per kv head). On an H100/H200 (sm_90) decode tiles at head_dim 128
         and 256 over a 16-byte aligned cache with pages of 8+ slots run the sm_90 decode
-        kernel, which converts the fp8 rows to float16 in shared memory (exactly; a
-        bfloat16 q is scaled per row by a power of two into float16's range); every other
-        fp8 call runs the mma.sync kernel, which converts as it loads. Correct everywhere;
-        not yet faster than a 16-bit cache (docs/perf_log.md).
+        kernel, which converts the staged fp8 bytes to float16 in registers (exactly; a
+        bfloat16 q is scaled per row by a power of two into float16's range): 0.54-0.72x
+        the bf16 call's time on the H200 (docs/perf_log.md). Every other fp8 call (prefill
+        tiles, head_dim 64, other GPUs) runs the mma.sync kernel, which converts as it
+        loads: correct, slower than a 16-bit cache.
         Default None: K/V are q's dtype, and giving a scale then is an error.
     kv_offsets, full_seq_lens : torch.Tensor, optional
         Keyword-only, both or neither: ``[batch_size]`` int32, contiguous, on q's device.
