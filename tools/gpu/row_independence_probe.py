@@ -1,0 +1,91 @@
+"""Does a query row's result depend on the other rows of its tile? A measurement for the
+batch-invariant mode's plan (issue 16, docs/perf_log.md 2026-12-02: route every invariant call
+through the wgmma prefill tiles), in the default mode's kernels.
+
+    python3 tools/gpu/row_independence_probe.py                 # CUDA (the wgmma prefill on sm_90)
+    python3 tools/gpu/row_independence_probe.py --device=cpu    # the same checks on the CPU backend
+
+One causal prompt of `length` tokens (bf16, 32 qo / 8 kv heads, head_dim 128) is prefilled by
+ragged_attention. Then, for each cut c, the rows below c are compared bit for bit with:
+  - `tail`: the same prompt with every token from c on replaced by fresh random q/k/v (rows
+    below c see the same keys; their tile-mates at and past c change);
+  - `cut`: the prompt cut to its first c tokens (the tile holding row c - 1 loses its rows
+    past it);
+  - `batch`: the prompt second in a batch behind a random request (only cu_seqlens moves);
+  - `paged`: the same prompt through paged_attention as one chunk over a page-16 cache
+    (the paged variant of the prefill kernel), and in two chunks split at c (the second chunk's
+    rows against the ragged call's rows c..length-1: same keys, other tiles).
+Each line: how many rows differ in any bit, and the largest |difference|.
+"""
+
+import itertools
+import sys
+
+import torch
+from absl import app, flags
+
+import splitkv
+
+_DEVICE = flags.DEFINE_enum("device", "cuda", ["cuda", "cpu"], "Backend to probe.")
+_LENGTH = flags.DEFINE_integer("length", 2100, "Prompt length (tokens).")
+_CUTS = flags.DEFINE_list("cuts", ["1", "77", "128", "200", "1023", "1024", "1500", "2099"], "Cut points.")
+
+_QO_HEADS, _KV_HEADS, _HEAD_DIM, _PAGE = 32, 8, 128, 16
+
+
+def _rand(n, heads, gen, device):
+    return torch.randn(n, heads, _HEAD_DIM, generator=gen, device=device).to(torch.bfloat16)
+
+
+def _ragged(q, k, v, lengths, workspace):
+    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=q.device)
+    return splitkv.ragged_attention(q, k, v, cu, cu, workspace, causal=True, max_q_len=max(lengths))
+
+
+def _paged(q, k, v, q_begin, workspace):
+    """Rows q_begin.. of the prompt (k, v: all its tokens) as one chunk over a paged cache."""
+    n = k.shape[0]
+    pages = (n + _PAGE - 1) // _PAGE
+    cache = torch.zeros(pages, 2, _KV_HEADS, _PAGE, _HEAD_DIM, dtype=k.dtype, device=k.device)  # HND
+    slots = torch.arange(n, device=k.device)
+    cache[slots // _PAGE, 0, :, slots % _PAGE] = k
+    cache[slots // _PAGE, 1, :, slots % _PAGE] = v
+    block_tables = torch.arange(pages, dtype=torch.int32, device=k.device).view(1, -1)
+    seq_lens = torch.tensor([n], dtype=torch.int32, device=k.device)
+    rows = q[q_begin:]
+    cu_q = torch.tensor([0, rows.shape[0]], dtype=torch.int32, device=k.device)
+    return splitkv.paged_attention(rows.contiguous(), cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_q,
+                                   max_q_len=rows.shape[0])
+
+
+def _report(name, a, b):
+    differ = (a.view(a.shape[0], -1).view(torch.int16) != b.view(b.shape[0], -1).view(torch.int16)).any(1)
+    diff = float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+    print(f"  {name:<18} rows {a.shape[0]:5d}  differing {int(differ.sum()):5d}  max |diff| {diff:.2e}", flush=True)
+
+
+def main(argv):
+    del argv
+    device = torch.device(_DEVICE.value)
+    gen = torch.Generator(device=device).manual_seed(0)
+    workspace = splitkv.Workspace(256 << 20, _DEVICE.value)
+    n = _LENGTH.value
+    q, k, v = _rand(n, _QO_HEADS, gen, device), _rand(n, _KV_HEADS, gen, device), _rand(n, _KV_HEADS, gen, device)
+    full = _ragged(q, k, v, [n], workspace)
+    _report("paged, one chunk", _paged(q, k, v, 0, workspace), full)
+    for c in (int(x) for x in _CUTS.value):
+        print(f"cut {c} of {n}:", flush=True)
+        q2, k2, v2 = q.clone(), k.clone(), v.clone()
+        q2[c:], k2[c:], v2[c:] = _rand(n - c, _QO_HEADS, gen, device), _rand(n - c, _KV_HEADS, gen, device), _rand(
+            n - c, _KV_HEADS, gen, device)
+        _report("tail", _ragged(q2, k2, v2, [n], workspace)[:c], full[:c])
+        _report("cut", _ragged(q[:c], k[:c], v[:c], [c], workspace), full[:c])
+        m = 333
+        qa, ka, va = _rand(m, _QO_HEADS, gen, device), _rand(m, _KV_HEADS, gen, device), _rand(m, _KV_HEADS, gen, device)
+        both = _ragged(torch.cat([qa, q[:c]]), torch.cat([ka, k[:c]]), torch.cat([va, v[:c]]), [m, c], workspace)
+        _report("batch", both[m:], full[:c])
+        _report("paged, chunk 2", _paged(q, k, v, c, workspace), full[c:])
+
+
+if __name__ == "__main__":
+    sys.exit(app.run(main))
