@@ -115,6 +115,30 @@ def test_rows_with_no_key(device, num_splits):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", [dict(num_splits=1), dict(num_splits=4), dict(batch_invariant=True)],
+                         ids=["one_split", "four_splits", "batch_invariant"])
+def test_rows_with_no_key_and_sinks_of_minus_inf(device, mode):
+    """A sink of -inf is no sink, in every mode: rows that see no key (kv_len 0, causal rows
+    before the KV) get out exactly 0 and lse exactly -inf, not NaN, and every row is bitwise
+    the call without sinks (batch-invariant mode once gave NaN there on the CPU)."""
+    harness.require(device, torch.float16)
+    problem = harness.make_ragged([3, 2, 4], [0, 6, 2], group=2, head_dim=64,
+                                  dtype=torch.float16, device=device, seed=8)
+    none = torch.full((problem.q.shape[1],), float("-inf"), device=device)
+    workspace = harness.shared_workspace(device)
+    harness.fill_garbage(workspace)
+    plain, plain_lse = problem.run(workspace, return_lse=True, **mode)
+    out, lse = problem.run(workspace, sinks=none, return_lse=True, out=torch.full_like(problem.q, float("nan")),
+                           **mode)
+    empty = [0, 1, 2, 5, 6]
+    assert torch.equal(out[empty].cpu(), torch.zeros_like(out[empty].cpu()))
+    assert torch.equal(lse[empty].cpu(), torch.full_like(lse[empty].cpu(), float("-inf")))
+    harness.assert_bitwise_equal(out, plain)
+    harness.assert_bitwise_equal(lse, plain_lse)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_splits", [1, 3])
 def test_extreme_sinks(device, num_splits):
     """A sink far above every logit takes all the weight (out 0, lse the sink); far below,

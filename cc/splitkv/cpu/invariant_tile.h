@@ -102,12 +102,15 @@ void RunTileInvariant(const TileInputs<T>& in, const TileRows& tile, const Kv& k
     const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
     for (int64_t e = 0; e < d; ++e) partial[e] = s.acc[r * d + e] * inv;
   };
-  // The sink enters here, once per row (NormaliseRow of the merged row: max lse, sum 1;
-  // without sinks keep is 1 and the lse unchanged, bit for bit).
+  // The sink enters here, once per row (NormaliseRow of the merged row: max lse, sum 1, or
+  // sum 0 for a row that saw no key (lse -inf), whose lse becomes the sink (a sink of -inf:
+  // -inf, not the NaN of exp(-inf - -inf)); without sinks keep is 1 and the lse unchanged,
+  // bit for bit).
   auto write_row = [&](int64_t r, const float* o, float lse) {
     const int64_t token = tile.token_begin + r / group;
     const int64_t head = tile.kv_head * group + r % group;
-    const RowNorm norm = NormaliseRow(lse, 1.0f, in.options.sinks, head);
+    const bool seen = lse != -std::numeric_limits<float>::infinity();
+    const RowNorm norm = NormaliseRow(lse, seen ? 1.0f : 0.0f, in.options.sinks, head);
     T* out = in.out + token * in.out_stride_token + head * in.out_stride_head;
     for (int64_t e = 0; e < d; ++e) out[e] = FromFloat<T>(o[e] * norm.keep);
     if (in.lse != nullptr) in.lse[token * in.num_qo_heads + head] = norm.lse;
