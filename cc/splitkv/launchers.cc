@@ -25,7 +25,7 @@ constexpr int64_t kMaxQLen = INT32_MAX;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // An fp8 KV cache: q float16/bfloat16, finite scales; otherwise no scales.
-void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv) {
+void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv, int64_t num_kv_heads) {
   if (!kv.fp8_e4m3) {
     if (kv.k_scale != 1.0f || kv.v_scale != 1.0f || kv.k_scales != nullptr || kv.v_scales != nullptr) {
       check.Fail("k_scale/v_scale", "set without an fp8 KV cache",
@@ -41,6 +41,18 @@ void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const 
   }
   if (!std::isfinite(kv.k_scale)) check.Fail("k_scale", "is not finite", "a finite scale", std::to_string(kv.k_scale));
   if (!std::isfinite(kv.v_scale)) check.Fail("v_scale", "is not finite", "a finite scale", std::to_string(kv.v_scale));
+  // Per-head scales are host memory on the CPU backend: checked like the floats. On CUDA they
+  // stay on the device, unchecked, like the index values (docs/bad_inputs.md).
+  if (backend != Backend::kCpu) return;
+  for (const auto& [name, scales] : {std::pair{"k_scale", kv.k_scales}, std::pair{"v_scale", kv.v_scales}}) {
+    if (scales == nullptr) continue;
+    for (int64_t h = 0; h < num_kv_heads; ++h) {
+      if (!std::isfinite(scales[h])) {
+        check.Fail(std::string(name) + "[" + std::to_string(h) + "]", "is not finite", "a finite scale",
+                   std::to_string(scales[h]));
+      }
+    }
+  }
 }
 
 // Checks shared by both operations: dtype, heads, head_dim, options, workspace.
@@ -190,7 +202,21 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
 // Host-side counter check before a CPU launch: a stale counter would make the wrong task
 // merge (the bug class this project exists to prevent), so the launch zeroes the counter
 // region (healed: the next call is right) and refuses clearly instead of computing.
+// The status record is checked on every call, split or not (the CPU never writes it, so a
+// set one is bytes someone else wrote, as the docs' dirty-region row says).
 void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const WorkspaceBuffer& ws) {
+  const auto* status = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(ws.data) + kStatusOffset);
+  for (int64_t w = 0; w < kStatusBytes / kCounterBytes; ++w) {
+    if (status[w] != 0) {
+      const uint32_t found = status[w];
+      std::memset(ws.data, 0, kCounterRegionBytes);
+      throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected the status record (bytes " +
+                           std::to_string(kStatusOffset) + ".." + std::to_string(kCounterRegionBytes) +
+                           ") to be 0 at rest, got " + std::to_string(found) + " in its word " + std::to_string(w) +
+                           "; nothing was computed and the counter region was reset to zero (was the workspace "
+                           "zeroed when made, or written by someone else?)");
+    }
+  }
   if (plan.num_splits <= 1) return;
   auto* counters = static_cast<uint32_t*>(ws.data);
   for (int64_t i = 0; i < plan.num_tiles; ++i) {
@@ -261,7 +287,7 @@ void RunCpuLaunch(const SplitPlan& plan, const WorkspaceBuffer& ws, const Launch
 
 void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
-  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage);
+  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage, p.num_kv_heads);
   check.AtLeast("batch_size", p.batch_size, 0);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("num_pages", p.num_pages, 1);
@@ -272,6 +298,11 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   check.AtLeast("max_pages_per_seq", p.max_pages_per_seq, 1);
   // 0 is allowed: every request then reads the same row of pages (a shared prefix).
   check.AtLeast("block_tables_stride", p.block_tables_stride, 0);
+  // A CPU call's cu_seqlens_q is host memory: checked before max_q_len, which the Python
+  // layer may have derived from it (a decreasing entry must be named, not the bound).
+  if (p.backend == Backend::kCpu && p.cu_seqlens_q != nullptr) {
+    CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
+  }
   check.InRange("max_q_len", p.max_q_len, 1, kMaxQLen + 1);
   check.AtLeast("max_kv_len", p.max_kv_len, 0);
   if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
@@ -343,10 +374,17 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
 
 void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
-  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage);
+  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage, p.num_kv_heads);
   check.AtLeast("batch_size", p.batch_size, 0);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("total_kv", p.total_kv, 0);
+  check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
+  check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
+  // As for paged calls: a CPU call's host cu_seqlens before the bounds derived from them.
+  if (p.backend == Backend::kCpu) {
+    CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
+    CheckCuSeqlens(check, "cu_seqlens_kv", p.cu_seqlens_kv, p.batch_size, p.total_kv, "total_kv");
+  }
   check.InRange("max_q_len", p.max_q_len, 0, kMaxQLen + 1);
   check.AtLeast("max_kv_len", p.max_kv_len, 0);
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
@@ -354,8 +392,6 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckStrides(check, "v", p.v_stride_token, p.v_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
-  check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
-  check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
   if (p.total_q > 0) {
     check.NotNull("q", p.q);
     check.NotNull("out", p.out);

@@ -123,6 +123,7 @@ def _workspace(op, workspace, q, operands):
 
 def _outputs(op, q, out, return_lse, launch):
     """out (given or new) and lse (new or None). A plan writes nothing: no allocation."""
+    return_lse = _checks.flag(op, "return_lse", return_lse)
     if out is not None:
         _operand(op, "out", out, q, 3, "[total_q, num_qo_heads, head_dim]")
         _checks.same_shape(op, "out", out, "q", q)

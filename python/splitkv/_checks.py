@@ -182,9 +182,11 @@ def workspace_tensor(op, ws):
 
 
 def flag(op, name, value):
-    if value not in (True, False):
+    # Python bools only: 1, 1.0, numpy and tensor bools compare equal to True and would be
+    # converted silently.
+    if not isinstance(value, bool):
         fail(op, name, "has the wrong type", "a bool", repr(value), error=TypeError)
-    return bool(value)
+    return value
 
 
 def integer(op, name, value, minimum, expected):

@@ -186,6 +186,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
     ...     window_left=127, sinks=sinks)
     """
     _check(q, block_tables, seq_lens, kv_offsets, full_seq_lens)
+    return_lse = _checks.flag(_OP, "return_lse", return_lse)  # the local call always returns it
     if sinks is not None:
         _checks.sinks(_OP, sinks, q)  # on every rank, though only rank 0 passes them on
         if dist.get_rank(group) != 0:

@@ -155,6 +155,7 @@ def _scalars(op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max
 
 def _buffers(op, q, out, return_lse):
     """out (the caller's or new) and lse (new, or None)."""
+    return_lse = _checks.flag(op, "return_lse", return_lse)
     _optional_tensor(op, "out", out)
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)

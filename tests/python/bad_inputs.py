@@ -531,7 +531,49 @@ ROWS = [
         lambda p, ws, d: _distributed(p, ws, kv_offsets=_edited(torch.zeros_like(p.seq_lens),
                                                                 1, 5)),
         "cpu", op="distributed"),
+    # ---- found by an adversarial pass (2026-12-02) ----
+    Row("cu_seqlens_q_decreasing_no_max_q_len", "paged",
+        "cu_seqlens_q decreasing, max_q_len not given (derived from it)", ValueError,
+        _P + "cu_seqlens_q decreases at index 1: expected a non-decreasing prefix sum (>= 0), "
+        "got -2147483648",
+        lambda p, ws, d: _paged_call(p, ws, cu_seqlens_q=torch.tensor(
+            [0, -2**31, 2, 3], dtype=torch.int32, device=d)), "cpu"),
+    Row("cu_seqlens_q_decreasing_forced_splits", "ragged",
+        "cu_seqlens_q decreasing, max_q_len not given, forced num_splits", ValueError,
+        _R + "cu_seqlens_q decreases at index 2: expected a non-decreasing prefix sum "
+        "(>= 2000000000), got 5",
+        lambda p, ws, d: _ragged_call(p, ws, cu_seqlens_q=_edited(p.cu_seqlens_q, 1, 2_000_000_000),
+                                      num_splits=2), "cpu"),
+    Row("causal_float", "paged", "causal 1.0 (a float equal to True)", TypeError,
+        _P + "causal has the wrong type: expected a bool, got 1.0",
+        lambda p, ws, d: _paged_call(p, ws, causal=1.0)),
+    Row("batch_invariant_tensor", "ragged", "batch_invariant a torch bool tensor", TypeError,
+        _R + "batch_invariant has the wrong type: expected a bool, got tensor(True)",
+        lambda p, ws, d: _ragged_call(p, ws, batch_invariant=torch.tensor(True))),
+    Row("return_lse_type", "ragged", "return_lse not a bool", TypeError,
+        _R + "return_lse has the wrong type: expected a bool, got 'no'",
+        lambda p, ws, d: _ragged_call(p, ws, return_lse="no")),
+    Row("fp8_scale_tensor_inf", "ragged", "a per-head k_scale holding an infinity", ValueError,
+        _R + "k_scale[1] is not finite: expected a finite scale, got inf",
+        lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn),
+                                      v=p.v.to(torch.float8_e4m3fn), v_scale=1.0,
+                                      k_scale=torch.tensor([1.0, float("inf")], device=d)),
+        "cpu"),
+    Row("status_record_set", "paged", "a workspace whose status record is set (bytes someone "
+        "else wrote)", ValueError,
+        _P + "workspace counter region corrupted: expected the status record (bytes 8388352.."
+        "8388608) to be 0 at rest, got 7 in its word 2; nothing was computed and the counter "
+        "region was reset to zero (was the workspace zeroed when made, or written by someone "
+        "else?)",
+        lambda p, ws, d: _with_status_word(p, ws, 2, 7), "cpu"),
 ]
+
+
+def _with_status_word(p, ws, word, value):
+    """A paged call on `ws` after writing `value` into word `word` of its status record."""
+    status = ws.counter_region()[splitkv.COUNTER_REGION_BYTES - 256:].view(torch.int32)
+    status[word] = value
+    return _paged_call(p, ws)
 
 
 # Rows whose refusal is not implemented yet: their tests are expected to fail (strictly),
