@@ -321,9 +321,11 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         ``[total_q, num_qo_heads, head_dim]``, q's dtype and device, last dimension dense:
         written in place and returned. Default: a new tensor.
     max_q_len : int, optional
-        Keyword-only upper bound on q_len over requests. Default None: computed on the
-        host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid the
-        sync, e.g. under CUDA graph capture).
+        Keyword-only upper bound on q_len over requests (ValueError below the longest
+        query on the CPU; on CUDA, where cu_seqlens_q is not read, undefined). 0 means
+        no bound: ``total_q`` is used (always safe; more query tiles are planned). Default
+        None: computed on the host from ``cu_seqlens_q`` (a device sync for CUDA tensors;
+        pass it to avoid the sync, e.g. under CUDA graph capture).
     batch_invariant : bool, default False
         Keyword-only. True: each request's ``out`` and ``lse`` are bitwise the same whatever
         batch it runs in (other requests, their count and order), whatever the workspace
