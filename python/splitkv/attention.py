@@ -180,7 +180,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     -------
     out : torch.Tensor
         ``[total_q, num_qo_heads, head_dim]``, q's dtype. A row that sees no key (kv_len
-        0, q_len > kv_len under ``causal``, or a window that excludes all) is 0.
+        0, q_len > kv_len under ``causal``, or a window that excludes all) is 0. Forward
+        only: no autograd graph is recorded (out never requires grad, whatever q does).
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, contiguous, the
         natural-log ``log(sum_j exp(logit_j))`` over the visible keys (scaled and capped
@@ -365,6 +366,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     -------
     out : torch.Tensor
         ``[total_q, num_qo_heads, head_dim]``, q's dtype; 0 for a row that sees no key.
+        Forward only: no autograd graph is recorded (out never requires grad).
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, natural-log
         log-sum-exp of the visible (scaled, capped) logits and the sink when given;
