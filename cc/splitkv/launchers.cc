@@ -25,7 +25,7 @@ constexpr int64_t kMaxQLen = INT32_MAX;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // An fp8 KV cache: q float16/bfloat16, finite scales; otherwise no scales.
-void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv, int64_t num_kv_heads) {
+void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv) {
   if (!kv.fp8_e4m3) {
     if (kv.k_scale != 1.0f || kv.v_scale != 1.0f || kv.k_scales != nullptr || kv.v_scales != nullptr) {
       check.Fail("k_scale/v_scale", "set without an fp8 KV cache",
@@ -41,9 +41,11 @@ void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const 
   }
   if (!std::isfinite(kv.k_scale)) check.Fail("k_scale", "is not finite", "a finite scale", std::to_string(kv.k_scale));
   if (!std::isfinite(kv.v_scale)) check.Fail("v_scale", "is not finite", "a finite scale", std::to_string(kv.v_scale));
-  // Per-head scales are host memory on the CPU backend: checked like the floats. On CUDA they
-  // stay on the device, unchecked, like the index values (docs/bad_inputs.md).
-  if (backend != Backend::kCpu) return;
+}
+
+// CPU launches: per-head scales are host memory, checked like the floats (values, so at
+// launch, with the index values; on CUDA they stay on the device, unchecked).
+void CheckHostScales(const ArgChecks& check, const KvStorage& kv, int64_t num_kv_heads) {
   for (const auto& [name, scales] : {std::pair{"k_scale", kv.k_scales}, std::pair{"v_scale", kv.v_scales}}) {
     if (scales == nullptr) continue;
     for (int64_t h = 0; h < num_kv_heads; ++h) {
@@ -287,7 +289,7 @@ void RunCpuLaunch(const SplitPlan& plan, const WorkspaceBuffer& ws, const Launch
 
 void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
-  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage, p.num_kv_heads);
+  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage);
   check.AtLeast("batch_size", p.batch_size, 0);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("num_pages", p.num_pages, 1);
@@ -298,11 +300,6 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   check.AtLeast("max_pages_per_seq", p.max_pages_per_seq, 1);
   // 0 is allowed: every request then reads the same row of pages (a shared prefix).
   check.AtLeast("block_tables_stride", p.block_tables_stride, 0);
-  // A CPU call's cu_seqlens_q is host memory: checked before max_q_len, which the Python
-  // layer may have derived from it (a decreasing entry must be named, not the bound).
-  if (p.backend == Backend::kCpu && p.cu_seqlens_q != nullptr) {
-    CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
-  }
   check.InRange("max_q_len", p.max_q_len, 1, kMaxQLen + 1);
   check.AtLeast("max_kv_len", p.max_kv_len, 0);
   if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
@@ -328,6 +325,7 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
 
 // Host-readable index data (CPU backend): every value the kernels will use.
 void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p) {
+  CheckHostScales(check, p.kv_storage, p.num_kv_heads);
   if (p.cu_seqlens_q != nullptr) {
     const int64_t longest = CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
     if (longest > p.max_q_len) check.Fail("max_q_len", "is below the longest query", ">= " + std::to_string(longest), std::to_string(p.max_q_len));
@@ -374,17 +372,10 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
 
 void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckCommon(check, p.dtype, p.backend, p.num_qo_heads, p.num_kv_heads, p.head_dim, p.options, p.workspace);
-  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage, p.num_kv_heads);
+  CheckKvStorage(check, p.dtype, p.backend, p.kv_storage);
   check.AtLeast("batch_size", p.batch_size, 0);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("total_kv", p.total_kv, 0);
-  check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
-  check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
-  // As for paged calls: a CPU call's host cu_seqlens before the bounds derived from them.
-  if (p.backend == Backend::kCpu) {
-    CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
-    CheckCuSeqlens(check, "cu_seqlens_kv", p.cu_seqlens_kv, p.batch_size, p.total_kv, "total_kv");
-  }
   check.InRange("max_q_len", p.max_q_len, 0, kMaxQLen + 1);
   check.AtLeast("max_kv_len", p.max_kv_len, 0);
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
@@ -392,6 +383,8 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckStrides(check, "v", p.v_stride_token, p.v_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
+  check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
+  check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
   if (p.total_q > 0) {
     check.NotNull("q", p.q);
     check.NotNull("out", p.out);
@@ -403,6 +396,7 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
 }
 
 void CheckRaggedIndices(const ArgChecks& check, const RaggedAttentionParams& p) {
+  CheckHostScales(check, p.kv_storage, p.num_kv_heads);
   const int64_t longest_q = CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
   CheckCuSeqlens(check, "cu_seqlens_kv", p.cu_seqlens_kv, p.batch_size, p.total_kv, "total_kv");
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
@@ -420,6 +414,16 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
               max_q, max_kv, p.options, p.workspace);
 }
 
+// A CPU launch's cu_seqlens are host memory: checked before the plan and before max_q_len,
+// which the Python layer may have derived from them, so a decreasing entry is named rather
+// than the bound or the tile count it led to (the index check after planning repeats it: a
+// pass over batch_size + 1 ints). Plans read no index values (launchers.h); nor does a call
+// with no query rows, which launches nothing.
+void CheckHostCuSeqlensFirst(const ArgChecks& check, const char* arg, const int32_t* cu, int64_t batch_size,
+                             int64_t total, const char* total_name) {
+  if (cu != nullptr && batch_size >= 0 && total >= 0) CheckCuSeqlens(check, arg, cu, batch_size, total, total_name);
+}
+
 }  // namespace
 
 SplitPlan PlanPagedAttention(const PagedAttentionParams& params) {
@@ -432,6 +436,9 @@ SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params) {
 
 SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
   const ArgChecks check(kPagedOp);
+  if (params.backend == Backend::kCpu && params.total_q > 0) {
+    CheckHostCuSeqlensFirst(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q, "total_q");
+  }
   const SplitPlan plan = PlanPaged(check, params);
   SurfaceRecordedStatus(kPagedOp, params.workspace, params.backend, params.stream);
   if (params.total_q == 0) return plan;
@@ -447,6 +454,11 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
 
 SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
   const ArgChecks check(kRaggedOp);
+  if (params.backend == Backend::kCpu && params.total_q > 0) {
+    CheckHostCuSeqlensFirst(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q, "total_q");
+    CheckHostCuSeqlensFirst(check, "cu_seqlens_kv", params.cu_seqlens_kv, params.batch_size, params.total_kv,
+                            "total_kv");
+  }
   const SplitPlan plan = PlanRagged(check, params);
   SurfaceRecordedStatus(kRaggedOp, params.workspace, params.backend, params.stream);
   if (params.total_q == 0) return plan;

@@ -31,8 +31,9 @@
 //
 // A dirty counter region (bytes someone else wrote, a launch that died part-way, two
 // launches at once) never gives a silently wrong answer, a hang or an out-of-bounds access:
-//   - CPU: the launch checks the counters it needs before running; a nonzero one makes it
-//     zero the whole counter region and throw WorkspaceError (nothing is computed).
+//   - CPU: the launch checks the counters it needs and the status record (which only CUDA
+//     launches write) before running; a nonzero one makes it zero the whole counter region
+//     and throw WorkspaceError (nothing is computed).
 //   - CUDA: every split of a tile checks the ticket its counter hands it; one the protocol
 //     cannot hand out from a zero counter (every nonzero start produces one) is recorded in
 //     the workspace's status record (and WorkspaceBuffer::status_host), no split waits on
@@ -54,13 +55,15 @@ namespace splitkv {
 // non-null). Returns the plan it used: num_splits, num_tiles and the byte ranges of the
 // workspace it used. total_q == 0 validates, plans and launches nothing.
 // Throws:
-//   InvalidArgument  a shape, stride, option, null pointer or (CPU) index value is wrong;
-//                    on CUDA also a page_size that is not a power of two;
+//   InvalidArgument  a shape, stride, option, null pointer or (CPU) index value or per-head
+//                    k_scales/v_scales value (not finite) is wrong; on CUDA also a page_size
+//                    that is not a power of two;
 //   WorkspaceError   the workspace is null, misaligned, smaller than kCounterRegionBytes,
 //                    too small for a forced num_splits, the problem needs more counters
 //                    than the region holds at a forced num_splits, (CPU) a counter it
-//                    needs is nonzero, or (CUDA) status_host holds an earlier launch's
-//                    record of a dirty counter (the region is zeroed first, as above);
+//                    needs or the status record is nonzero, or (CUDA) status_host holds
+//                    an earlier launch's record of a dirty counter (the region is zeroed
+//                    first, as above);
 //   UnsupportedError Backend::kCuda in a build without it; on CUDA: float32 or a head_dim
 //                    other than 64/128/256;
 //   CudaError        a CUDA runtime call or the kernel launch failed (message: the
