@@ -154,8 +154,10 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         (one scale per kv head). On an H100/H200 (sm_90) decode tiles at head_dim 128
         and 256 over a 16-byte aligned cache with pages of 8+ slots run the sm_90 decode
         kernel, which converts the staged fp8 bytes to float16 in registers (exactly; a
-        bfloat16 q is scaled per row by a power of two into float16's range): 0.54-0.72x
-        the bf16 call's time on the H200 (docs/perf_log.md). Every other fp8 call (prefill
+        bfloat16 q is scaled per row by a power of two into float16's range): on the H200
+        0.50-0.55x the bf16 call's time at batch 64+ with 4k+ keys, 0.54-0.84x at batch
+        1-16 with 8k+ keys, and about the bf16 time with at most 4k keys at batch 1-8, where
+        fixed costs dominate (docs/bench/h200-2026-12-02-grid/). Every other fp8 call (prefill
         tiles, head_dim 64, other GPUs) runs the mma.sync kernel, which converts as it
         loads: correct, slower than a 16-bit cache.
         Default None: K/V are q's dtype, and giving a scale then is an error.
@@ -181,7 +183,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     out : torch.Tensor
         ``[total_q, num_qo_heads, head_dim]``, q's dtype. A row that sees no key (kv_len
         0, q_len > kv_len under ``causal``, or a window that excludes all) is 0. Forward
-        only: no autograd graph is recorded (out never requires grad, whatever q does).
+        only: no autograd graph is recorded, whatever q.requires_grad is.
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, contiguous, the
         natural-log ``log(sum_j exp(logit_j))`` over the visible keys (scaled and capped
@@ -323,7 +325,8 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         written in place and returned. Default: a new tensor.
     max_q_len : int, optional
         Keyword-only upper bound on q_len over requests (ValueError below the longest
-        query on the CPU; on CUDA, where cu_seqlens_q is not read, undefined). 0 means
+        query on the CPU; on CUDA, which does not read cu_seqlens_q on the host, the rows
+        past the bound are not computed). 0 means
         no bound: ``total_q`` is used (always safe; more query tiles are planned). Default
         None: computed on the host from ``cu_seqlens_q`` (a device sync for CUDA tensors;
         pass it to avoid the sync, e.g. under CUDA graph capture).
@@ -366,7 +369,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     -------
     out : torch.Tensor
         ``[total_q, num_qo_heads, head_dim]``, q's dtype; 0 for a row that sees no key.
-        Forward only: no autograd graph is recorded (out never requires grad).
+        Forward only: no autograd graph is recorded, whatever q.requires_grad is.
     lse : torch.Tensor
         Only with ``return_lse``: ``[total_q, num_qo_heads]`` float32, natural-log
         log-sum-exp of the visible (scaled, capped) logits and the sink when given;

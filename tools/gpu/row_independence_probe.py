@@ -12,10 +12,13 @@ ragged_attention. Then, for each cut c, the rows below c are compared bit for bi
   - `cut`: the prompt cut to its first c tokens (the tile holding row c - 1 loses its rows
     past it);
   - `batch`: the prompt second in a batch behind a random request (only cu_seqlens moves);
-  - `paged`: the same prompt through paged_attention as one chunk over a page-16 cache
-    (the paged variant of the prefill kernel), and in two chunks split at c (the second chunk's
-    rows against the ragged call's rows c..length-1: same keys, other tiles).
-Each line: how many rows differ in any bit, and the largest |difference|.
+  - `paged`: the same prompt through paged_attention (num_splits=1) over a page-16 cache, as
+    one chunk (every row), and as the chunk of rows c..length-1 alone (against the ragged
+    call's rows c..: same keys, other tiles). A chunk whose rows fit a decode tile (group x
+    rows <= 16) runs the decode kernel, another kernel than the ragged call's: its line says
+    so, and a difference there is not about tile-mates.
+Each line: how many rows differ in any bit, and the largest |difference|. Every call runs
+one split (num_splits=1), so only the tiles differ.
 """
 
 import itertools
@@ -39,7 +42,7 @@ def _rand(n, heads, gen, device):
 
 def _ragged(q, k, v, lengths, workspace):
     cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=q.device)
-    return splitkv.ragged_attention(q, k, v, cu, cu, workspace, causal=True, max_q_len=max(lengths))
+    return splitkv.ragged_attention(q, k, v, cu, cu, workspace, causal=True, max_q_len=max(lengths), num_splits=1)
 
 
 def _paged(q, k, v, q_begin, workspace):
@@ -55,7 +58,7 @@ def _paged(q, k, v, q_begin, workspace):
     rows = q[q_begin:]
     cu_q = torch.tensor([0, rows.shape[0]], dtype=torch.int32, device=k.device)
     return splitkv.paged_attention(rows.contiguous(), cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_q,
-                                   max_q_len=rows.shape[0])
+                                   max_q_len=rows.shape[0], num_splits=1)
 
 
 def _report(name, a, b):
@@ -74,6 +77,8 @@ def main(argv):
     full = _ragged(q, k, v, [n], workspace)
     _report("paged, one chunk", _paged(q, k, v, 0, workspace), full)
     for c in (int(x) for x in _CUTS.value):
+        if not 0 < c < n:
+            raise app.UsageError(f"--cuts invalid: expected cuts in [1, {n - 1}] (--length={n}), got {c}")
         print(f"cut {c} of {n}:", flush=True)
         q2, k2, v2 = q.clone(), k.clone(), v.clone()
         q2[c:], k2[c:], v2[c:] = _rand(n - c, _QO_HEADS, gen, device), _rand(n - c, _KV_HEADS, gen, device), _rand(
@@ -84,7 +89,8 @@ def main(argv):
         qa, ka, va = _rand(m, _QO_HEADS, gen, device), _rand(m, _KV_HEADS, gen, device), _rand(m, _KV_HEADS, gen, device)
         both = _ragged(torch.cat([qa, q[:c]]), torch.cat([ka, k[:c]]), torch.cat([va, v[:c]]), [m, c], workspace)
         _report("batch", both[m:], full[:c])
-        _report("paged, chunk 2", _paged(q, k, v, c, workspace), full[c:])
+        decode = (n - c) * (_QO_HEADS // _KV_HEADS) <= 16
+        _report("paged, rows c.." + (" (decode tile)" if decode else ""), _paged(q, k, v, c, workspace), full[c:])
 
 
 if __name__ == "__main__":

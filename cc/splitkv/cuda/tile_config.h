@@ -91,6 +91,8 @@ inline constexpr int64_t kDecodeMaxSplits = 32;
 // H200, 1 request x 32 / 8 heads, d128, bf16, page 16, graph (us, forced splits 4 / 8 / 16):
 // 1 x 1024 11.60 / 9.52 / 8.97, 1 x 2048 (8 / 16) 11.69 / 10.16; at 256 the planner took 4
 // and 8 (FlashInfer XQA 8.7 and 9.9 in the same day's bench, docs/perf_log.md 2026-12-02).
+// Only those bf16 batch-1 rows were measured; the other shapes it moves (short KV at small
+// batches, every head_dim, fp8) are predicted the same way, not yet measured.
 inline constexpr int64_t kDecodeMinKeysPerSplit = 128;
 // CTAs an SM the split heuristic fills with decode tiles on sm_90 at head_dim 128 (3 fit).
 // Decode streams K/V: two CTAs an SM keep enough copies in flight, and a third adds only its
