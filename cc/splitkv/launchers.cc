@@ -1,6 +1,7 @@
 #include "cc/splitkv/launchers.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -103,7 +104,9 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
                "None (0 in C++: the invariant split rule chooses)",
                std::to_string(options.num_splits));
   }
-  if (workspace.data == nullptr) check.Fail("workspace", "is null", "a buffer", "null");
+  if (workspace.data == nullptr) {  // WorkspaceError, as launchers.h lists it (same text)
+    throw WorkspaceError(std::string(check.op()) + ": workspace is null: expected a buffer, got null");
+  }
   const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
   if (base % kWorkspaceAlignment != 0) {
     throw WorkspaceError(std::string(check.op()) + ": workspace misaligned: expected a base address "
@@ -204,12 +207,13 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
 // Host-side counter check before a CPU launch: a stale counter would make the wrong task
 // merge (the bug class this project exists to prevent), so the launch zeroes the counter
 // region (healed: the next call is right) and refuses clearly instead of computing.
-// The status record is checked on every call, split or not (the CPU never writes it, so a
-// set one is bytes someone else wrote, as the docs' dirty-region row says).
-void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const WorkspaceBuffer& ws) {
+// A CPU workspace's status record, but for the in-use word: the CPU never writes it, so a
+// nonzero word is bytes someone else wrote (the docs' dirty-region row): the region is zeroed
+// and the call refused.
+void CheckCpuStatusRecord(const char* op, const WorkspaceBuffer& ws) {
   const auto* status = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(ws.data) + kStatusOffset);
   for (int64_t w = 0; w < kStatusBytes / kCounterBytes; ++w) {
-    if (status[w] != 0) {
+    if (w != kStatusInUseWord && status[w] != 0) {
       const uint32_t found = status[w];
       std::memset(ws.data, 0, kCounterRegionBytes);
       throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected the status record (bytes " +
@@ -219,6 +223,11 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
                            "zeroed when made, or written by someone else?)");
     }
   }
+}
+
+// The status record is checked on every call, split or not; the counters a split call needs.
+void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const WorkspaceBuffer& ws) {
+  CheckCpuStatusRecord(op, ws);
   if (plan.num_splits <= 1) return;
   auto* counters = static_cast<uint32_t*>(ws.data);
   for (int64_t i = 0; i < plan.num_tiles; ++i) {
@@ -285,6 +294,31 @@ void RunCpuLaunch(const SplitPlan& plan, const WorkspaceBuffer& ws, const Launch
   }
 }
 
+// A CPU launch's claim on its workspace (workspace_layout.h kStatusInUseWord), held from
+// before its counter check to its end: two launches on one workspace at once would zero or
+// count each other's counters and share scratch, so the second is refused, touching nothing.
+class CpuWorkspaceClaim {
+ public:
+  CpuWorkspaceClaim(const char* op, const WorkspaceBuffer& ws)
+      : word_(static_cast<uint32_t*>(ws.data)[kStatusOffset / kCounterBytes + kStatusInUseWord]) {
+    uint32_t expected = 0;
+    if (!std::atomic_ref<uint32_t>(word_).compare_exchange_strong(expected, 1u, std::memory_order_acquire)) {
+      const int64_t begin = kStatusOffset + kStatusInUseWord * kCounterBytes;
+      throw WorkspaceError(std::string(op) + ": workspace in use: expected its in-use word (bytes " +
+                           std::to_string(begin) + ".." + std::to_string(begin + kCounterBytes) +
+                           ") to be 0, got " + std::to_string(expected) +
+                           "; another launch is running on it (use one workspace per thread), or a launch died "
+                           "holding it (ResetCounterRegion clears it); nothing was computed");
+    }
+  }
+  ~CpuWorkspaceClaim() { std::atomic_ref<uint32_t>(word_).store(0u, std::memory_order_release); }
+  CpuWorkspaceClaim(const CpuWorkspaceClaim&) = delete;
+  CpuWorkspaceClaim& operator=(const CpuWorkspaceClaim&) = delete;
+
+ private:
+  uint32_t& word_;
+};
+
 // ---- paged ----
 
 void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
@@ -298,8 +332,18 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
     check.Fail("page_size", "not supported on cuda", "a power of two", std::to_string(p.page_size));
   }
   check.AtLeast("max_pages_per_seq", p.max_pages_per_seq, 1);
-  // 0 is allowed: every request then reads the same row of pages (a shared prefix).
-  check.AtLeast("block_tables_stride", p.block_tables_stride, 0);
+  // 0 is allowed: every request then reads the same row of pages (a shared prefix). Between
+  // 0 and max_pages_per_seq rows would overlap (params.h asks for >= max_pages_per_seq).
+  // max_pages_per_seq * page_size (the longest request) is counted in int64.
+  if (p.page_size >= 1 && p.max_pages_per_seq > INT64_MAX / p.page_size) {
+    check.Fail("max_pages_per_seq * page_size", "out of range", "below 2^63",
+               std::to_string(p.max_pages_per_seq) + " * " + std::to_string(p.page_size));
+  }
+  if (p.block_tables_stride != 0 && p.block_tables_stride < p.max_pages_per_seq) {
+    check.Fail("block_tables_stride", "out of range",
+               "0 (one row for every request) or >= max_pages_per_seq = " + std::to_string(p.max_pages_per_seq),
+               std::to_string(p.block_tables_stride));
+  }
   check.InRange("max_q_len", p.max_q_len, 1, kMaxQLen + 1);
   check.AtLeast("max_kv_len", p.max_kv_len, 0);
   if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
@@ -446,6 +490,7 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
     cuda::PagedAttention(params, plan);
   } else {
     CheckPagedIndices(check, params);
+    const CpuWorkspaceClaim claim(kPagedOp, params.workspace);
     CheckCountersBeforeCpuLaunch(kPagedOp, plan, params.workspace);
     RunCpuLaunch(plan, params.workspace, [&] { cpu::PagedAttention(params, plan); });
   }
@@ -466,6 +511,7 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
     cuda::RaggedAttention(params, plan);
   } else {
     CheckRaggedIndices(check, params);
+    const CpuWorkspaceClaim claim(kRaggedOp, params.workspace);
     CheckCountersBeforeCpuLaunch(kRaggedOp, plan, params.workspace);
     RunCpuLaunch(plan, params.workspace, [&] { cpu::RaggedAttention(params, plan); });
   }
@@ -516,7 +562,12 @@ void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Back
     const volatile uint32_t* host = workspace.status_host;
     for (int64_t w = 0; w < kStatusWords; ++w) words[w] = host[w];
   }
-  if (words[0] == 0) return;
+  if (words[0] == 0) {
+    // A record without its code is not a CUDA launch's: on the CPU every other word is
+    // checked too, as a CPU launch checks them.
+    if (backend != Backend::kCuda) CheckCpuStatusRecord(op, workspace);
+    return;
+  }
   ResetCounterRegion(workspace, backend, stream);  // enqueued before anything the caller runs next
   throw WorkspaceError(DescribeStatus(op, words));
 }

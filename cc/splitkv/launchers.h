@@ -16,7 +16,10 @@
 //   - Backend::kCpu: synchronous. The work runs on a process-wide thread pool
 //     (SPLITKV_NUM_THREADS threads, else the hardware's count, the calling thread
 //     included); out and lse are complete when the call returns. Calls from several
-//     threads are serialised inside the pool; each needs its own workspace.
+//     threads are serialised inside the pool; each needs its own workspace: a launch
+//     claims its workspace (workspace_layout.h kStatusInUseWord) from its counter check
+//     to its end, and a second launch on it meanwhile throws WorkspaceError ("workspace
+//     in use") having touched nothing.
 //   - Backend::kCuda: asynchronous. One kernel is enqueued on params.stream on the current
 //     device (cudaSetDevice; every pointer must be that device's memory) and the call
 //     returns without synchronising. No allocation, memset or host sync: a launch can be

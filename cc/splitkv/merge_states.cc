@@ -10,7 +10,9 @@ namespace splitkv {
 
 void MergeStates(const MergeStatesParams& p) {
   const ArgChecks check("merge_states");
-  check.AtLeast("num_states", p.num_states, 1);
+  // At most 2^31 - 1 states: the CPU keeps a per-row weight for each (a larger count is no
+  // real merge, and std::vector would throw length_error, not a typed exception).
+  check.InRange("num_states", p.num_states, 1, int64_t{1} << 31);
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("num_qo_heads", p.num_qo_heads, 1);
   check.AtLeast("head_dim", p.head_dim, 1);

@@ -1,6 +1,7 @@
 #include "cc/splitkv/split_plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "cc/splitkv/errors.h"
@@ -70,7 +71,15 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   SplitPlan plan;
   plan.max_q_tiles = std::max<int64_t>(1, r.max_q_tiles);
   plan.num_workers = r.num_workers;
-  plan.num_tiles = r.batch_size * r.num_kv_heads * plan.max_q_tiles;
+  // Counted in 128 bits: a plan-only caller's sizes can exceed what int64 holds.
+  const __int128 tiles = static_cast<__int128>(r.batch_size) * r.num_kv_heads * plan.max_q_tiles;
+  if (r.batch_size < 0 || r.num_kv_heads < 0 || tiles > static_cast<__int128>(INT64_MAX)) {
+    throw InvalidArgument(std::string(r.op) + ": work tiles out of range: expected batch_size x num_kv_heads x query "
+                          "tiles >= 0 and below 2^63, got batch_size " + std::to_string(r.batch_size) +
+                          ", num_kv_heads " + std::to_string(r.num_kv_heads) + ", query tiles " +
+                          std::to_string(plan.max_q_tiles));
+  }
+  plan.num_tiles = static_cast<int64_t>(tiles);
   const auto fits_counters = [&](int64_t s) {
     return RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, s) <= kMaxCounters;
   };

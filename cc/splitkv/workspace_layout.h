@@ -58,6 +58,10 @@ inline constexpr int64_t kStatusBytes = 256;
 inline constexpr int64_t kStatusOffset = kCounterRegionBytes - kStatusBytes;
 inline constexpr int64_t kStatusWords = 4;
 inline constexpr uint32_t kStatusDirtyCounter = 1;
+// The status record's last word is a CPU launch's claim on the workspace: set (atomically,
+// from 0) for the launch's duration, so a second launch on the same workspace at the same
+// time is refused instead of sharing its counters and scratch (CUDA launches never touch it).
+inline constexpr int64_t kStatusInUseWord = kStatusBytes / 4 - 1;
 // Counters available to one launch (2097088, the words before the status record): a call with
 // num_splits > 1 needs one per work tile (request x kv head x query tile), else it is refused
 // or planned with fewer splits.

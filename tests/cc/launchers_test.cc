@@ -334,6 +334,48 @@ TEST(ConcurrentCallersWithTheirOwnWorkspaces) {
   }
 }
 
+// Two threads sharing ONE workspace (against launchers.h's ownership rule): each call either
+// runs alone, bit for bit the single-threaded result, or is refused "workspace in use"
+// (its out untouched); never a wrong or half-written output. The region is zero after.
+TEST(TwoCallersSharingOneWorkspaceAreRefusedNeverWrong) {
+  ProblemSpec spec = Spec(8, 2, 64, {700, 97, 300}, {3, 1, 17});
+  const PagedProblem base = MakePagedProblem(spec);
+  TestWorkspace ws(kWorkspaceBytes);
+  std::vector<unsigned char> expected;
+  {
+    PagedProblem p = base;
+    splitkv::LaunchPagedAttention(p.Params(ws.data(), ws.bytes(), 4));
+    expected = p.out.bytes();
+  }
+  constexpr int kThreads = 2, kRepeats = 200;
+  std::vector<PagedProblem> problems(kThreads, base);
+  std::vector<int> wrong(kThreads, 0), refused(kThreads, 0), other(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRepeats; ++r) {
+        problems[t].ClearOutputs();
+        const std::vector<unsigned char> cleared = problems[t].out.bytes();
+        try {
+          splitkv::LaunchPagedAttention(problems[t].Params(ws.data(), ws.bytes(), 4));
+          wrong[t] += problems[t].out.bytes() != expected;
+        } catch (const splitkv::WorkspaceError& e) {
+          const bool in_use = std::string(e.what()).find("workspace in use") != std::string::npos;
+          refused[t] += in_use;
+          other[t] += !in_use || problems[t].out.bytes() != cleared;
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(0, wrong[t]);
+    EXPECT_EQ(0, other[t]);
+    EXPECT_LT(refused[t], kRepeats);  // each thread also ran some calls
+  }
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+}
+
 }  // namespace
 
 int main() {
