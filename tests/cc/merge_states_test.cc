@@ -109,6 +109,9 @@ TEST(BadArgumentsAreNamed) {
   auto p = problem.Params();
   p.num_states = 0;
   EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: num_states", "got 0");
+  p.num_states = int64_t{1} << 62;  // no std::length_error from the CPU's per-state weights
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: num_states",
+                "got 4611686018427387904");
   p = problem.Params();
   p.head_dim = -1;
   EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: head_dim", "got -1");

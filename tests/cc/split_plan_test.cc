@@ -44,6 +44,19 @@ SplitPlanRequest LongDecodeRequest() {
   return r;
 }
 
+// Work tiles counted past int64 (plan-only callers' sizes) are refused, never wrapped to a
+// small or negative count (3 x 2^62 tiles once planned as num_tiles < 0).
+TEST(TileCountsPastInt64AreRefused) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.batch_size = int64_t{3} << 61;
+  r.max_q_tiles = 4;
+  r.forced_num_splits = 2;
+  EXPECT_THROWS(splitkv::InvalidArgument, PlanSplits(r), "test_op: work tiles out of range", "below 2^63",
+                "batch_size 6917529027641081856, num_kv_heads 8, query tiles 4");
+  r.batch_size = int64_t{1} << 40;  // 2^45 tiles: counted, then too many for the counters
+  EXPECT_THROWS(WorkspaceError, PlanSplits(r), "too many work tiles for the counter region");
+}
+
 TEST(HeuristicIsOneWhenTilesFillTheWorkers) {
   for (int64_t workers : {1, 8, 16, 132}) {
     for (int64_t tiles = (workers * 8 + 9) / 10; tiles <= 4 * workers; ++tiles) {
