@@ -207,6 +207,11 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
 // Host-side counter check before a CPU launch: a stale counter would make the wrong task
 // merge (the bug class this project exists to prevent), so the launch zeroes the counter
 // region (healed: the next call is right) and refuses clearly instead of computing.
+// What a CPU launch zeroes when it finds the region dirty: all of it but the in-use word, which
+// the launch itself holds (CpuWorkspaceClaim below); zeroing it would let a second launch in.
+constexpr int64_t kBytesBeforeInUseWord = kStatusOffset + kStatusInUseWord * kCounterBytes;
+static_assert(kBytesBeforeInUseWord + kCounterBytes == kCounterRegionBytes, "the in-use word ends the region");
+
 // A CPU workspace's status record, but for the in-use word: the CPU never writes it, so a
 // nonzero word is bytes someone else wrote (the docs' dirty-region row): the region is zeroed
 // and the call refused.
@@ -215,7 +220,7 @@ void CheckCpuStatusRecord(const char* op, const WorkspaceBuffer& ws) {
   for (int64_t w = 0; w < kStatusBytes / kCounterBytes; ++w) {
     if (w != kStatusInUseWord && status[w] != 0) {
       const uint32_t found = status[w];
-      std::memset(ws.data, 0, kCounterRegionBytes);
+      std::memset(ws.data, 0, kBytesBeforeInUseWord);
       throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected the status record (bytes " +
                            std::to_string(kStatusOffset) + ".." + std::to_string(kCounterRegionBytes) +
                            ") to be 0 at rest, got " + std::to_string(found) + " in its word " + std::to_string(w) +
@@ -233,7 +238,7 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
   for (int64_t i = 0; i < plan.num_tiles; ++i) {
     if (counters[i] != 0) {
       const uint32_t found = counters[i];
-      std::memset(ws.data, 0, kCounterRegionBytes);
+      std::memset(ws.data, 0, kBytesBeforeInUseWord);
       throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected counter " +
                            std::to_string(i) + " (bytes " + std::to_string(i * kCounterBytes) + ".." +
                            std::to_string((i + 1) * kCounterBytes) + ") to be 0 at rest, got " +
