@@ -302,6 +302,39 @@ TEST(CorruptedCounterIsDetectedAndHealed) {
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
 }
 
+// A CPU launch's claim left set (a launch that died holding it, or bytes someone wrote) makes
+// every launch refuse "workspace in use", touching nothing, until ResetCounterRegion clears
+// it, as the message says; a set status record word is refused and healed (one-split calls
+// too: the CPU never writes the record).
+TEST(StaleInUseWordAndStatusRecordOnTheCpu) {
+  TestWorkspace ws(kWorkspaceBytes);
+  PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
+  uint32_t* status = ws.counters() + splitkv::kStatusOffset / splitkv::kCounterBytes;
+  status[splitkv::kStatusInUseWord] = 1;
+  ws.counters()[3] = 9;  // a dirty counter too: untouched by a refused claim
+  EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 2)),
+                "paged_attention: workspace in use", "(bytes 8388604..8388608) to be 0, got 1",
+                "ResetCounterRegion clears it", "nothing was computed");
+  EXPECT_EQ(9u, ws.counters()[3]);
+  EXPECT_EQ(1u, status[splitkv::kStatusInUseWord]);
+  splitkv::WorkspaceBuffer buffer;
+  buffer.data = ws.data();
+  buffer.bytes = ws.bytes();
+  splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 2));
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  status[1] = 4;
+  EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 1)),
+                "paged_attention: workspace counter region corrupted: expected the status record",
+                "got 4 in its word 1", "reset to zero");
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  status[2] = 4;  // CheckWorkspaceStatus on the CPU sees every word, not only the code word
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "check_workspace: workspace counter region corrupted", "got 4 in its word 2");
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+}
+
 TEST(OneSplitLaunchesNeitherReadNorWriteCounters) {
   TestWorkspace ws(kWorkspaceBytes);
   PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
