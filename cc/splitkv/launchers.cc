@@ -204,13 +204,11 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   return PlanSplits(request);
 }
 
-// Host-side counter check before a CPU launch: a stale counter would make the wrong task
-// merge (the bug class this project exists to prevent), so the launch zeroes the counter
-// region (healed: the next call is right) and refuses clearly instead of computing.
-// What a CPU launch zeroes when it finds the region dirty: all of it but the in-use word, which
-// the launch itself holds (CpuWorkspaceClaim below); zeroing it would let a second launch in.
-constexpr int64_t kBytesBeforeInUseWord = kStatusOffset + kStatusInUseWord * kCounterBytes;
-static_assert(kBytesBeforeInUseWord + kCounterBytes == kCounterRegionBytes, "the in-use word ends the region");
+// Byte offset of the in-use word (workspace_layout.h kStatusInUseWord), the region's last. A
+// CPU launch that finds the region dirty zeroes the bytes before it, all but the word the
+// launch itself holds (CpuWorkspaceClaim below): zeroing that would let a second launch in.
+constexpr int64_t kInUseWordOffset = kStatusOffset + kStatusInUseWord * kCounterBytes;
+static_assert(kInUseWordOffset + kCounterBytes == kCounterRegionBytes, "the in-use word ends the region");
 
 // A CPU workspace's status record, but for the in-use word: the CPU never writes it, so a
 // nonzero word is bytes someone else wrote (the docs' dirty-region row): the region is zeroed
@@ -220,7 +218,7 @@ void CheckCpuStatusRecord(const char* op, const WorkspaceBuffer& ws) {
   for (int64_t w = 0; w < kStatusBytes / kCounterBytes; ++w) {
     if (w != kStatusInUseWord && status[w] != 0) {
       const uint32_t found = status[w];
-      std::memset(ws.data, 0, kBytesBeforeInUseWord);
+      std::memset(ws.data, 0, kInUseWordOffset);
       throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected the status record (bytes " +
                            std::to_string(kStatusOffset) + ".." + std::to_string(kCounterRegionBytes) +
                            ") to be 0 at rest, got " + std::to_string(found) + " in its word " + std::to_string(w) +
@@ -230,7 +228,10 @@ void CheckCpuStatusRecord(const char* op, const WorkspaceBuffer& ws) {
   }
 }
 
-// The status record is checked on every call, split or not; the counters a split call needs.
+// Host-side counter check before a CPU launch: a stale counter would make the wrong task
+// merge (the bug class this project exists to prevent), so the launch zeroes the counter
+// region (healed: the next call is right) and refuses clearly instead of computing. The status
+// record is checked on every call, split or not; the counters, by a split call.
 void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const WorkspaceBuffer& ws) {
   CheckCpuStatusRecord(op, ws);
   if (plan.num_splits <= 1) return;
@@ -238,7 +239,7 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
   for (int64_t i = 0; i < plan.num_tiles; ++i) {
     if (counters[i] != 0) {
       const uint32_t found = counters[i];
-      std::memset(ws.data, 0, kBytesBeforeInUseWord);
+      std::memset(ws.data, 0, kInUseWordOffset);
       throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected counter " +
                            std::to_string(i) + " (bytes " + std::to_string(i * kCounterBytes) + ".." +
                            std::to_string((i + 1) * kCounterBytes) + ") to be 0 at rest, got " +
@@ -305,12 +306,11 @@ void RunCpuLaunch(const SplitPlan& plan, const WorkspaceBuffer& ws, const Launch
 class CpuWorkspaceClaim {
  public:
   CpuWorkspaceClaim(const char* op, const WorkspaceBuffer& ws)
-      : word_(static_cast<uint32_t*>(ws.data)[kStatusOffset / kCounterBytes + kStatusInUseWord]) {
+      : word_(static_cast<uint32_t*>(ws.data)[kInUseWordOffset / kCounterBytes]) {
     uint32_t expected = 0;
     if (!std::atomic_ref<uint32_t>(word_).compare_exchange_strong(expected, 1u, std::memory_order_acquire)) {
-      const int64_t begin = kStatusOffset + kStatusInUseWord * kCounterBytes;
       throw WorkspaceError(std::string(op) + ": workspace in use: expected its in-use word (bytes " +
-                           std::to_string(begin) + ".." + std::to_string(begin + kCounterBytes) +
+                           std::to_string(kInUseWordOffset) + ".." + std::to_string(kCounterRegionBytes) +
                            ") to be 0, got " + std::to_string(expected) +
                            "; another launch is running on it (use one workspace per thread), or a launch died "
                            "holding it (ResetCounterRegion clears it); nothing was computed");
@@ -372,12 +372,12 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   }
 }
 
-// Host-readable index data (CPU backend): every value the kernels will use.
-void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p) {
+// Host-readable index data (CPU backend): every value the kernels will use. cu_seqlens were
+// checked before the plan (CheckHostCuSeqlens), which gave `longest_q`.
+void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p, int64_t longest_q) {
   CheckHostScales(check, p.kv_storage, p.num_kv_heads);
-  if (p.cu_seqlens_q != nullptr) {
-    const int64_t longest = CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
-    if (longest > p.max_q_len) check.Fail("max_q_len", "is below the longest query", ">= " + std::to_string(longest), std::to_string(p.max_q_len));
+  if (longest_q > p.max_q_len) {
+    check.Fail("max_q_len", "is below the longest query", ">= " + std::to_string(longest_q), std::to_string(p.max_q_len));
   }
   const int64_t capacity = p.max_pages_per_seq * p.page_size;
   for (int64_t b = 0; b < p.batch_size; ++b) {
@@ -444,10 +444,9 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   }
 }
 
-void CheckRaggedIndices(const ArgChecks& check, const RaggedAttentionParams& p) {
+// As CheckPagedIndices: cu_seqlens_q and cu_seqlens_kv were checked before the plan.
+void CheckRaggedIndices(const ArgChecks& check, const RaggedAttentionParams& p, int64_t longest_q) {
   CheckHostScales(check, p.kv_storage, p.num_kv_heads);
-  const int64_t longest_q = CheckCuSeqlens(check, "cu_seqlens_q", p.cu_seqlens_q, p.batch_size, p.total_q, "total_q");
-  CheckCuSeqlens(check, "cu_seqlens_kv", p.cu_seqlens_kv, p.batch_size, p.total_kv, "total_kv");
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   if (longest_q > max_q) check.Fail("max_q_len", "is below the longest query", ">= " + std::to_string(longest_q), std::to_string(max_q));
 }
@@ -463,14 +462,15 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
               max_q, max_kv, p.options, p.workspace);
 }
 
-// A CPU launch's cu_seqlens are host memory: checked before the plan and before max_q_len,
-// which the Python layer may have derived from them, so a decreasing entry is named rather
-// than the bound or the tile count it led to (the index check after planning repeats it: a
-// pass over batch_size + 1 ints). Plans read no index values (launchers.h); nor does a call
-// with no query rows, which launches nothing.
-void CheckHostCuSeqlensFirst(const ArgChecks& check, const char* arg, const int32_t* cu, int64_t batch_size,
-                             int64_t total, const char* total_name) {
-  if (cu != nullptr && batch_size >= 0 && total >= 0) CheckCuSeqlens(check, arg, cu, batch_size, total, total_name);
+// A CPU launch's cu_seqlens are host memory: checked once, before the plan and before
+// max_q_len, which the Python layer may have derived from them, so a decreasing entry is named
+// rather than the bound or the tile count it led to. Returns the longest segment (0 without
+// `cu`, or with sizes the shape checks will refuse). Plans read no index values (launchers.h);
+// nor does a call with no query rows, which launches nothing.
+int64_t CheckHostCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* cu, int64_t batch_size,
+                           int64_t total, const char* total_name) {
+  return cu != nullptr && batch_size >= 0 && total >= 0 ? CheckCuSeqlens(check, arg, cu, batch_size, total, total_name)
+                                                        : 0;
 }
 
 }  // namespace
@@ -485,8 +485,10 @@ SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params) {
 
 SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
   const ArgChecks check(kPagedOp);
+  int64_t longest_q = 0;
   if (params.backend == Backend::kCpu && params.total_q > 0) {
-    CheckHostCuSeqlensFirst(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q, "total_q");
+    longest_q = CheckHostCuSeqlens(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q,
+                                   "total_q");
   }
   const SplitPlan plan = PlanPaged(check, params);
   SurfaceRecordedStatus(kPagedOp, params.workspace, params.backend, params.stream);
@@ -494,7 +496,7 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
   if (params.backend == Backend::kCuda) {
     cuda::PagedAttention(params, plan);
   } else {
-    CheckPagedIndices(check, params);
+    CheckPagedIndices(check, params, longest_q);
     const CpuWorkspaceClaim claim(kPagedOp, params.workspace);
     CheckCountersBeforeCpuLaunch(kPagedOp, plan, params.workspace);
     RunCpuLaunch(plan, params.workspace, [&] { cpu::PagedAttention(params, plan); });
@@ -504,10 +506,11 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
 
 SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
   const ArgChecks check(kRaggedOp);
+  int64_t longest_q = 0;
   if (params.backend == Backend::kCpu && params.total_q > 0) {
-    CheckHostCuSeqlensFirst(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q, "total_q");
-    CheckHostCuSeqlensFirst(check, "cu_seqlens_kv", params.cu_seqlens_kv, params.batch_size, params.total_kv,
-                            "total_kv");
+    longest_q = CheckHostCuSeqlens(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q,
+                                   "total_q");
+    CheckHostCuSeqlens(check, "cu_seqlens_kv", params.cu_seqlens_kv, params.batch_size, params.total_kv, "total_kv");
   }
   const SplitPlan plan = PlanRagged(check, params);
   SurfaceRecordedStatus(kRaggedOp, params.workspace, params.backend, params.stream);
@@ -515,7 +518,7 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
   if (params.backend == Backend::kCuda) {
     cuda::RaggedAttention(params, plan);
   } else {
-    CheckRaggedIndices(check, params);
+    CheckRaggedIndices(check, params, longest_q);
     const CpuWorkspaceClaim claim(kRaggedOp, params.workspace);
     CheckCountersBeforeCpuLaunch(kRaggedOp, plan, params.workspace);
     RunCpuLaunch(plan, params.workspace, [&] { cpu::RaggedAttention(params, plan); });
