@@ -21,13 +21,17 @@ Each line: how many rows differ in any bit, and the largest |difference|. Every 
 one split (num_splits=1), so only the tiles differ.
 """
 
-import itertools
+import os
 import sys
 
-import torch
-from absl import app, flags
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, _ROOT)
 
-import splitkv
+import torch  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+import splitkv  # noqa: E402
+from tools.bench import inputs  # noqa: E402
 
 _DEVICE = flags.DEFINE_enum("device", "cuda", ["cuda", "cpu"], "Backend to probe.")
 _LENGTH = flags.DEFINE_integer("length", 2100, "Prompt length (tokens).")
@@ -37,27 +41,20 @@ _QO_HEADS, _KV_HEADS, _HEAD_DIM, _PAGE = 32, 8, 128, 16
 
 
 def _rand(n, heads, gen, device):
-    return torch.randn(n, heads, _HEAD_DIM, generator=gen, device=device).to(torch.bfloat16)
+    return inputs.randn((n, heads, _HEAD_DIM), torch.bfloat16, device, gen)
 
 
 def _ragged(q, k, v, lengths, workspace):
-    cu = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32, device=q.device)
+    cu = inputs.cu_seqlens(lengths, q.device)
     return splitkv.ragged_attention(q, k, v, cu, cu, workspace, causal=True, max_q_len=max(lengths), num_splits=1)
 
 
-def _paged(q, k, v, q_begin, workspace):
-    """Rows q_begin.. of the prompt (k, v: all its tokens) as one chunk over a paged cache."""
-    n = k.shape[0]
-    pages = (n + _PAGE - 1) // _PAGE
-    cache = torch.zeros(pages, 2, _KV_HEADS, _PAGE, _HEAD_DIM, dtype=k.dtype, device=k.device)  # HND
-    slots = torch.arange(n, device=k.device)
-    cache[slots // _PAGE, 0, :, slots % _PAGE] = k
-    cache[slots // _PAGE, 1, :, slots % _PAGE] = v
-    block_tables = torch.arange(pages, dtype=torch.int32, device=k.device).view(1, -1)
-    seq_lens = torch.tensor([n], dtype=torch.int32, device=k.device)
-    rows = q[q_begin:]
-    cu_q = torch.tensor([0, rows.shape[0]], dtype=torch.int32, device=k.device)
-    return splitkv.paged_attention(rows.contiguous(), cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_q,
+def _paged(prompt, q_begin, workspace):
+    """Rows q_begin.. of `prompt` (inputs.PagedPrefillCopy: the whole prompt's K/V in pages)
+    as one chunk."""
+    rows = prompt.q[q_begin:].contiguous()
+    return splitkv.paged_attention(rows, prompt.kv_cache, prompt.block_tables, prompt.seq_lens, workspace,
+                                   cu_seqlens_q=inputs.cu_seqlens([rows.shape[0]], rows.device),
                                    max_q_len=rows.shape[0], num_splits=1)
 
 
@@ -75,7 +72,8 @@ def main(argv):
     n = _LENGTH.value
     q, k, v = _rand(n, _QO_HEADS, gen, device), _rand(n, _KV_HEADS, gen, device), _rand(n, _KV_HEADS, gen, device)
     full = _ragged(q, k, v, [n], workspace)
-    _report("paged, one chunk", _paged(q, k, v, 0, workspace), full)
+    paged = inputs.paged_prefill_copy(inputs.PrefillCopy(q, k, v), [n], _PAGE, "HND", gen)
+    _report("paged, one chunk", _paged(paged, 0, workspace), full)
     for c in (int(x) for x in _CUTS.value):
         if not 0 < c < n:
             raise app.UsageError(f"--cuts invalid: expected cuts in [1, {n - 1}] (--length={n}), got {c}")
@@ -90,7 +88,7 @@ def main(argv):
         both = _ragged(torch.cat([qa, q[:c]]), torch.cat([ka, k[:c]]), torch.cat([va, v[:c]]), [m, c], workspace)
         _report("batch", both[m:], full[:c])
         decode = (n - c) * (_QO_HEADS // _KV_HEADS) <= 16
-        _report("paged, rows c.." + (" (decode tile)" if decode else ""), _paged(q, k, v, c, workspace), full[c:])
+        _report("paged, rows c.." + (" (decode tile)" if decode else ""), _paged(paged, c, workspace), full[c:])
 
 
 if __name__ == "__main__":
