@@ -196,6 +196,7 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.min_keys_per_split = traits.min_keys_per_split;
   request.max_splits = traits.max_splits;
   request.split_block_keys = traits.split_block_keys;
+  request.split_merge_blocks = traits.split_merge_blocks;
   request.forced_num_splits = options.num_splits;
   request.workspace_bytes = workspace.bytes;
   request.batch_invariant = options.batch_invariant;

@@ -9,7 +9,8 @@
 namespace splitkv {
 
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
-                           int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys) {
+                           int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys,
+                           int64_t split_merge_blocks) {
   if (num_tiles <= 0 || num_workers <= 0) return 1;
   // Enough tiles to keep (almost) every worker busy: splitting only adds merge work.
   if (num_tiles * 10 >= num_workers * 8) return 1;
@@ -22,14 +23,20 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   };
   double best = 0.0;
   for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
-  // The wave model's time of s splits: waves x key blocks in the longest split.
+  // The wave model's time of s splits: waves x key blocks in the longest split, plus the
+  // merge's price when there is a merge.
   const int64_t block_keys = std::max<int64_t>(1, split_block_keys);
   const int64_t blocks = std::max<int64_t>(1, (max_kv_len + block_keys - 1) / block_keys);
-  auto cost = [&](int64_t s) { return (num_tiles * s + num_workers - 1) / num_workers * ((blocks + s - 1) / s); };
+  const int64_t merge = std::max<int64_t>(0, split_merge_blocks);
+  auto cost = [&](int64_t s) {
+    return (num_tiles * s + num_workers - 1) / num_workers * ((blocks + s - 1) / s) + (s > 1 ? merge : 0);
+  };
   int64_t chosen = 1;
   bool found = false;
+  // One split (no merge) always competes on cost: its wave may be emptier than a split grid's
+  // and still finish first when the merge costs more than the blocks splitting saves.
   for (int64_t s = 1; s <= limit; ++s) {
-    if (efficiency(s) >= 0.95 * best && (!found || cost(s) < cost(chosen))) chosen = s, found = true;
+    if ((s == 1 || efficiency(s) >= 0.95 * best) && (!found || cost(s) < cost(chosen))) chosen = s, found = true;
   }
   return chosen;
 }
@@ -94,7 +101,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     const bool fits = Fits(r.layout_shape, splits, r.workspace_bytes) && fits_counters(splits);
     const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
     const bool pays = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
-                                         r.split_block_keys) > 1;
+                                         r.split_block_keys, r.split_merge_blocks) > 1;
     if (splits > 1 && !r.in_task_splits && !fits) {
       const int64_t needed = RequiredWorkspaceBytes(r.layout_shape, splits);
       if (!fits_counters(splits)) {
@@ -129,7 +136,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   } else {
     const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
     int64_t s = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
-                                   r.split_block_keys);
+                                   r.split_block_keys, r.split_merge_blocks);
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }

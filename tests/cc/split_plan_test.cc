@@ -78,6 +78,28 @@ TEST(HeuristicSplitsBatchOneLongKv) {
   EXPECT_GT(NumSplitsHeuristic(1, 8, 4096, 256, 64), int64_t{1});
 }
 
+// The merge's price (split_merge_blocks) is paid once by any count above 1: 8 tiles on 264
+// workers at 128-key splits of 64-key blocks. 256 keys (4 blocks): 2 splits cost 2 + 2, a tie
+// with 1 split's 4, so it stays whole; at a price of 1 it splits. 512 keys (8 blocks): 4 splits
+// cost 2 + 2 against 8, so it splits at either price, as it does without one.
+TEST(HeuristicWeighsTheMergeAgainstShortTiles) {
+  EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 0));
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 2));
+  EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 1));
+  for (int64_t merge : {0, 1, 2}) EXPECT_EQ(int64_t{4}, NumSplitsHeuristic(8, 264, 512, 128, 32, 64, merge));
+  // Long KV: the same count as without a price (32 x 16 blocks + 2 against 512 blocks).
+  EXPECT_EQ(int64_t{32}, NumSplitsHeuristic(8, 264, 32768, 256, 64, 64, 2));
+  // PlanSplits passes the request's price on.
+  SplitPlanRequest r = LongDecodeRequest();
+  r.num_workers = 264;
+  r.max_kv_len = 256;
+  r.min_keys_per_split = 128;
+  r.max_splits = 32;
+  EXPECT_EQ(int64_t{2}, PlanSplits(r).num_splits);
+  r.split_merge_blocks = 2;
+  EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
+}
+
 TEST(HeuristicPrefersSplitsOfWholeBlocks) {
   // 8 tiles on 396 workers (132 SMs x 3 CTAs), 32k keys in blocks of 64, at most 32 splits:
   // 31 splits are within 95% of the best wave but cost 17 blocks each; 32 cost 16.

@@ -172,6 +172,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   if (tile.kind == TileKind::kDecode && workers.sm90a) {
     traits.fill_workers =
         int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, DecodeFillCtasPerSm(head_dim));
+    traits.split_merge_blocks = DecodeSplitMergeBlocks(static_cast<int>(head_dim), kv_fp8);
   }
   traits.min_keys_per_split = tile.kind == TileKind::kDecode ? kDecodeMinKeysPerSplit : 256;
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;

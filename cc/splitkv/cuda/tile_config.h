@@ -91,9 +91,20 @@ inline constexpr int64_t kDecodeMaxSplits = 32;
 // H200, 1 request x 32 / 8 heads, d128, bf16, page 16, graph (us, forced splits 4 / 8 / 16):
 // 1 x 1024 11.60 / 9.52 / 8.97, 1 x 2048 (8 / 16) 11.69 / 10.16; at 256 the planner took 4
 // and 8 (FlashInfer XQA 8.7 and 9.9 in the same day's bench, docs/perf_log.md 2026-12-02).
-// Only those bf16 batch-1 rows were measured; the other shapes it moves (short KV at small
-// batches, every head_dim, fp8) are predicted the same way, not yet measured.
+// Every head_dim, bf16 and fp8, batch 1-16 x 512-4096 keys, 128 against 256 (same call):
+// 3-32 % faster where the count changed (four d64 cells at 3-23 splits: -1.2..-0.3 %, the
+// unchanged cells' spread -0.4..+1.1 %); but 256 keys in 2 splits lost to 1 at d <= 128
+// (below), docs/perf_log.md 2026-12-02.
 inline constexpr int64_t kDecodeMinKeysPerSplit = 128;
+// The planner's price of splitting a decode tile on sm_90 (split_plan.h), in DecodeBlockKeys
+// blocks: the partials and the last CTA's merge. H200, 256 keys, 1 split against 2, graph,
+// us, batch 1 (1-16 alike): bf16 d64 7.35 / 8.49, d128 8.59 / 9.10, fp8 d128 8.97 / 9.72,
+// all of batch 1-16 5-18 % faster whole; but d256 (bf16 12.35 / 11.13, fp8 13.15 / 12.22)
+// and fp8 d64 (10.55 / 9.18) split faster, their blocks costing more. Two blocks make 256
+// keys (4 blocks) a tie that stays whole at d <= 128, one lets d256 and fp8 d64 split.
+constexpr int64_t DecodeSplitMergeBlocks(int head_dim, bool kv_fp8) {
+  return head_dim >= 256 || (kv_fp8 && head_dim < 128) ? 1 : 2;
+}
 // CTAs an SM the split heuristic fills with decode tiles on sm_90 at head_dim 128 (3 fit).
 // Decode streams K/V: two CTAs an SM keep enough copies in flight, and a third adds only its
 // fixed cost (prologue, epilogue, a partial to merge). H200, same call each (us): 16 x 4096
