@@ -93,16 +93,21 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
 }
 
 // The bulk decode kernel over an fp8 cache: tensor copies of the cache's bytes, converted to
-// float16 in registers (decode_kernel.cuh Fp8Frags); one shape for split grids or not.
-template <int kHeadDim>
-using Fp8BulkDecodeShape =
-    BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim), Fp8BulkDecodeStages(kHeadDim), true, false, true>;
-static_assert(Fp8BulkDecodeShape<128>::kMinBlocks == 2 && Fp8BulkDecodeShape<256>::kMinBlocks == 2);
+// float16 in registers (decode_kernel.cuh Fp8Frags); one shape for split grids or not, with
+// keys as the mma's rows where a tile holds at most 8 query rows (a decode step at a group
+// of up to 8; speculative tokens may make more).
+template <int kHeadDim, bool kKeyRows>
+using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim), Fp8BulkDecodeStages(kHeadDim),
+                                           true, false, true, kKeyRows>;
+static_assert(Fp8BulkDecodeShape<128, false>::kMinBlocks == 2 && Fp8BulkDecodeShape<256, false>::kMinBlocks == 2);
 
 template <typename T, int kHeadDim>
 void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
                          int64_t num_tiles, cudaStream_t stream, const char* op) {
-  BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim>>::Launch(params, kv, num_tiles, stream, op, maps);
+  if (params.max_tile_rows <= Fp8BulkDecodeShape<kHeadDim, true>::kKeyRowsMaxRows) {
+    return BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, true>>::Launch(params, kv, num_tiles, stream, op, maps);
+  }
+  BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, false>>::Launch(params, kv, num_tiles, stream, op, maps);
 }
 
 template <typename T, int kHeadDim>

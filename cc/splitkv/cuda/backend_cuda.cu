@@ -98,7 +98,7 @@ void CheckFitsInt32(const char* op, const char* what, int64_t value) {
 
 // The fields both operations fill the same way.
 template <typename Params>
-AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64_t q_tile_tokens) {
+AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64_t q_tile_tokens, int64_t max_q_len) {
   AttentionKernelParams k;
   k.q = p.q;
   k.q_stride_token = p.q_stride_token;
@@ -110,6 +110,7 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.num_kv_heads = static_cast<int32_t>(p.num_kv_heads);
   k.group_size = static_cast<int32_t>(p.num_qo_heads / p.num_kv_heads);
   k.q_tile_tokens = static_cast<int32_t>(q_tile_tokens);
+  k.max_tile_rows = static_cast<int32_t>(k.group_size * std::min(q_tile_tokens, std::max<int64_t>(max_q_len, 1)));
   k.max_q_tiles = static_cast<int32_t>(plan.max_q_tiles);
   k.num_splits = static_cast<int32_t>(plan.num_splits);
   k.invariant_split_keys = static_cast<int32_t>(plan.invariant_split_keys);
@@ -193,7 +194,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   CheckFitsInt32(kPagedOp, "max_pages_per_seq * page_size", p.max_pages_per_seq * p.page_size);
   if (plan.num_tiles == 0) return;
 
-  AttentionKernelParams k = CommonParams(p, plan, tile.q_tile_tokens);
+  AttentionKernelParams k = CommonParams(p, plan, tile.q_tile_tokens, p.max_q_len);
   k.cu_seqlens_q = p.cu_seqlens_q;
   k.kv_offsets = p.kv_offsets;
   k.full_seq_lens = p.full_seq_lens;
@@ -251,7 +252,7 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   CheckFitsInt32(kRaggedOp, "total_kv", p.total_kv);
   if (plan.num_tiles == 0) return;
 
-  AttentionKernelParams k = CommonParams(p, plan, tile.q_tile_tokens);
+  AttentionKernelParams k = CommonParams(p, plan, tile.q_tile_tokens, max_q);
   k.cu_seqlens_q = p.cu_seqlens_q;
   RaggedKvParams kv;
   kv.k = p.k;

@@ -61,7 +61,10 @@ namespace splitkv::cuda {
 // holds one block's K or its V, kStages of them (odd: K and V take turns), each refilled as
 // soon as the block part it held is consumed, so head_dim 256 keeps about two stages' bytes
 // in flight in 3/4 of the memory and fits two CTAs an SM.
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_, bool kKvRing_ = false, bool kFp8_ = false>
+// kKeyRows (fp8 only, tiles of at most 8 rows): the mma's 16-row operand is K (S^T = K Q^T)
+// and V^T (O^T = V^T P^T), the query rows its 8 columns; see the kernel's comment.
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_, bool kKvRing_ = false, bool kFp8_ = false,
+          bool kKeyRows_ = false>
 struct BulkDecodeShape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -70,6 +73,9 @@ struct BulkDecodeShape {
   static constexpr bool kKvRing = kKvRing_;
   static constexpr bool kFp8 = kFp8_;
   static_assert(!kFp8 || (kPageTma && !kKvRing && kHeadDim % 128 == 0), "fp8: tensor copies of whole stages");
+  static constexpr bool kKeyRows = kKeyRows_;
+  static_assert(!kKeyRows || kFp8, "keys as rows: the fp8 fragments' layout");
+  static constexpr int kKeyRowsMaxRows = 8;  // the mma's n: a keys-as-rows tile's query rows
   static constexpr int kSlots = kKvRing ? kStages : 2 * kStages;  // K-or-V block buffers
   // 16-bit words of a staged K or V row (an fp8 row of head_dim bytes is head_dim / 2).
   static constexpr int kStageCols = kFp8 ? kHeadDim / 2 : kHeadDim;
@@ -90,7 +96,12 @@ struct BulkDecodeShape {
   static constexpr int kDTiles = kHeadDim / 8;
   static constexpr int kKSteps = kHeadDim / 16;
   static constexpr int kSTiles = kKeysPerWarp / 8;
-  static constexpr bool kQInRegisters = kHeadDim <= 128;  // 256 would need 64 more registers
+  // A lane's S (and P) fragments a block: n-tiles of 8 keys, or (kKeyRows) m-tiles of 16, and
+  // its output accumulator tiles: 8 columns of head_dim, or (kKeyRows) 16 rows of it.
+  static constexpr int kSFrags = kKeyRows ? kKeysPerWarp / 16 : kSTiles;
+  static constexpr int kAccTiles = kKeyRows ? kHeadDim / 16 : kDTiles;
+  // 256 would need 64 more registers (keys as rows: 32, Q is the mma's 8-column operand).
+  static constexpr bool kQInRegisters = kHeadDim <= 128 || kKeyRows;
   static constexpr int kQElems = kRows * kRowElems;
   static constexpr int kKvElems = kBlockN * kKvRowElems;
   static constexpr int kOStride = kHeadDim + 8;
@@ -171,6 +182,11 @@ struct Fp8Frags {
     const uint2 hi = *reinterpret_cast<const uint2*>(row + 8 * S::kRowElems);
     a[0] = lo.x, a[1] = hi.x, a[2] = lo.y, a[3] = hi.y;
   }
+  // Keys as rows: Q^T's B fragment of k-step ks (q row lane / 4), the same head_dim order.
+  static __device__ __forceinline__ void QFragT(const __half* s_q, int ks, int lane, uint32_t (&b)[2]) {
+    const uint2 lo = *reinterpret_cast<const uint2*>(s_q + (lane >> 2) * S::kRowElems + ks * 16 + (lane & 3) * 4);
+    b[0] = lo.x, b[1] = lo.y;
+  }
 };
 
 // StageWarpRows for the fp8 output order: a lane's d-tiles 4q .. 4q + 3 hold head_dim
@@ -191,6 +207,28 @@ __device__ __forceinline__ void StageFp8Rows(float* s_o, float* s_ml, int row_ba
           make_float4(a0[2 * i + 1], a1[2 * i + 1], a2[2 * i + 1], a3[2 * i + 1]);
     }
     if ((lane & 3) == 0) s_ml[2 * r] = row_max[i], s_ml[2 * r + 1] = row_sum[i];
+  }
+}
+
+// StageFp8Rows for keys as rows: accumulator tile 2q + jj holds, for query row 2t + e (t =
+// lane % 4), head_dim 32 q + 4 (lane / 4) + 2 jj (element e) and + 1 (element 2 + e), so a
+// lane's 4 adjacent columns 32 q + 4 (lane / 4) .. + 3 are one float4; the quad's 8 lanes
+// of a row hold its parts, and lane t (lane / 4 == 0) writes its max and sum.
+template <int kAccTiles, int kOStride>
+__device__ __forceinline__ void StageFp8KeyRows(float* s_o, float* s_ml, int row_base,
+                                                const float (&acc)[kAccTiles][4], const float (&row_max)[2],
+                                                const float (&row_sum)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int r = row_base + 2 * (lane & 3) + e;
+    float* dst = s_o + r * kOStride + (lane >> 2) * 4;
+#pragma unroll
+    for (int q = 0; q < kAccTiles / 2; ++q) {
+      *reinterpret_cast<float4*>(dst + 32 * q) =
+          make_float4(acc[2 * q][e], acc[2 * q][2 + e], acc[2 * q + 1][e], acc[2 * q + 1][2 + e]);
+    }
+    if ((lane >> 2) == 0) s_ml[2 * r] = row_max[e], s_ml[2 * r + 1] = row_sum[e];
   }
 }
 
@@ -389,17 +427,41 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       LdMatrixX4(a, s_q + ((lane & 7) + ((lane >> 3) & 1) * 8) * RS + ks * 16 + (lane >> 4) * 8);
     }
   };
-  uint32_t q_frag[S::kQInRegisters ? S::kKSteps : 1][4];
-  if constexpr (S::kQInRegisters) {
+  uint32_t q_frag[S::kQInRegisters ? S::kKSteps : 1][S::kKeyRows ? 2 : 4];
+  if constexpr (S::kKeyRows) {
+#pragma unroll
+    for (int ks = 0; ks < S::kKSteps; ++ks) Fp8Frags<S>::QFragT(s_q, ks, lane, q_frag[ks]);
+  } else if constexpr (S::kQInRegisters) {
 #pragma unroll
     for (int ks = 0; ks < S::kKSteps; ++ks) load_q_frag(ks, q_frag[ks]);
   }
+
+  // A lane's two query rows (i = 0, 1), and which row element e of an mma accumulator (S's or
+  // the output's) belongs to, and its key within a warp's slice of a block for S's fragment
+  // n: rows lane / 4 and + 8 (accumulator rows), or, keys as rows, 2 (lane % 4) and + 1
+  // (accumulator columns).
+  const auto lane_row = [&](int i) { return S::kKeyRows ? 2 * (lane & 3) + i : lane / 4 + 8 * i; };
+  constexpr auto row_of = [](int e) { return S::kKeyRows ? e & 1 : e >> 1; };
+  const auto key_of = [&](int n, int e) {
+    return S::kKeyRows ? n * 16 + (lane >> 2) + 8 * (e >> 1) : n * 8 + (lane & 3) * 2 + (e & 1);
+  };
+  // The lanes holding parts of one query row: a quad, or (keys as rows) the 8 lanes of lane % 4.
+  const auto row_reduce_max = [](float m) {
+    if constexpr (S::kKeyRows) {
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    } else {
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    }
+    return m;
+  };
 
   int row_lo[2], row_hi[2];
   bool row_valid[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int r = lane / 4 + 8 * i;
+    const int r = lane_row(i);
     row_valid[i] = r < tile_rows;
     row_lo[i] = row_hi[i] = 0;
     if (row_valid[i]) {
@@ -417,14 +479,14 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     const float k_scale = p.k_scales != nullptr ? __ldg(p.k_scales + kv_head) : p.k_scale;
     v_scale = p.v_scales != nullptr ? __ldg(p.v_scales + kv_head) : p.v_scale;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) row_scale[i] = sm_scale * k_scale / s_q_scale[lane / 4 + 8 * i];
+    for (int i = 0; i < 2; ++i) row_scale[i] = sm_scale * k_scale / s_q_scale[lane_row(i)];
   }
 
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};
   float row_sum[2] = {0.0f, 0.0f};
-  float acc[S::kDTiles][4];
+  float acc[S::kAccTiles][4];
 #pragma unroll
-  for (int d = 0; d < S::kDTiles; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+  for (int d = 0; d < S::kAccTiles; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
 
   const int key0 = warp * S::kKeysPerWarp;  // this warp's first key within a block
   // Lane parts of the ldmatrix addresses: the key row and the chunk's low bit (rows are
@@ -487,34 +549,45 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 
     // S = Q K^T over kKSteps k-steps, in two accumulator chains (even and odd steps) so
     // consecutive mma.sync do not wait on each other's results.
-    float s[S::kSTiles][4], s_odd[S::kSTiles][4];
+    float s[S::kSFrags][4], s_odd[S::kSFrags][4];
 #pragma unroll
-    for (int n = 0; n < S::kSTiles; ++n) {
+    for (int n = 0; n < S::kSFrags; ++n) {
       s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
       s_odd[n][0] = s_odd[n][1] = s_odd[n][2] = s_odd[n][3] = 0.0f;
     }
 #pragma unroll
     for (int ks = 0; ks < S::kKSteps; ++ks) {
-      uint32_t a_smem[4];
-      if constexpr (!S::kQInRegisters) {
-        load_q_frag(ks, a_smem);
-      }
-      const uint32_t(&a)[4] = S::kQInRegisters ? q_frag[S::kQInRegisters ? ks : 0] : a_smem;
-      float(&acc_s)[S::kSTiles][4] = ks % 2 == 0 ? s : s_odd;
-      if constexpr (S::kFp8) {
+      float(&acc_s)[S::kSFrags][4] = ks % 2 == 0 ? s : s_odd;
+      if constexpr (S::kKeyRows) {
+        // S^T's m-tile n: K rows key0 + 16 n + lane / 4 (a0, a2) and + 8 (a1, a3), Q^T's columns.
 #pragma unroll
-        for (int n = 0; n < S::kSTiles; ++n) {
-          uint32_t b0, b1;
-          Fp8Frags<S>::K(SharedAddress(s_k) + fp8_k_base[n], ks, b0, b1);
-          Mma16816<M>(acc_s[n], a, b0, b1);
+        for (int n = 0; n < S::kSFrags; ++n) {
+          uint32_t a[4];
+          Fp8Frags<S>::K(SharedAddress(s_k) + fp8_k_base[2 * n], ks, a[0], a[2]);
+          Fp8Frags<S>::K(SharedAddress(s_k) + fp8_k_base[2 * n + 1], ks, a[1], a[3]);
+          Mma16816<M>(acc_s[n], a, q_frag[ks][0], q_frag[ks][1]);
         }
       } else {
+        uint32_t a_smem[4];
+        if constexpr (!S::kQInRegisters) {
+          load_q_frag(ks, a_smem);
+        }
+        const uint32_t(&a)[4] = S::kQInRegisters ? q_frag[S::kQInRegisters ? ks : 0] : a_smem;
+        if constexpr (S::kFp8) {
 #pragma unroll
-        for (int np = 0; np < S::kSTiles / 2; ++np) {
-          uint32_t b[4];
-          LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
-          Mma16816<M>(acc_s[2 * np], a, b[0], b[1]);
-          Mma16816<M>(acc_s[2 * np + 1], a, b[2], b[3]);
+          for (int n = 0; n < S::kSTiles; ++n) {
+            uint32_t b0, b1;
+            Fp8Frags<S>::K(SharedAddress(s_k) + fp8_k_base[n], ks, b0, b1);
+            Mma16816<M>(acc_s[n], a, b0, b1);
+          }
+        } else {
+#pragma unroll
+          for (int np = 0; np < S::kSTiles / 2; ++np) {
+            uint32_t b[4];
+            LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
+            Mma16816<M>(acc_s[2 * np], a, b[0], b[1]);
+            Mma16816<M>(acc_s[2 * np + 1], a, b[2], b[3]);
+          }
         }
       }
     }
@@ -523,16 +596,16 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       load_part(part_k + S::kStages);
     }
 #pragma unroll
-    for (int n = 0; n < S::kSTiles; ++n) {
+    for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[n][e] += s_odd[n][e];
     }
 
 #pragma unroll
-    for (int n = 0; n < S::kSTiles; ++n) {
+    for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * row_scale[e >> 1];
+        float x = s[n][e] * row_scale[row_of(e)];
         if (cap > 0.0f) x = cap * tanhf(x / cap);
         s[n][e] = x;
       }
@@ -544,19 +617,19 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
     if (__any_sync(0xffffffffu, partial)) {
 #pragma unroll
-      for (int n = 0; n < S::kSTiles; ++n) {
+      for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int j = j_warp + n * 8 + (lane & 3) * 2 + (e & 1);
-          const int i = e >> 1;
+          const int j = j_warp + key_of(n, e);
+          const int i = row_of(e);
           if (j < row_lo[i] || j >= row_hi[i]) s[n][e] = SPLITKV_NEG_INF;
         }
       }
     }
 
     // Online softmax with a lazily raised max (natural-log max; exp2 with log2(e) folded in).
-    // Each row decides for itself (the rows of a lane's quad agree: they hold the same
-    // block max), so a row's bits never depend on the tile's other rows (batch invariance:
+    // Each row decides for itself (the lanes holding a row agree: they hold the same block
+    // max), so a row's bits never depend on the tile's other rows (batch invariance:
     // a token decoded alone and inside a prefill chunk meets other neighbours).
     float block_max[2];
     bool raise[2];
@@ -564,9 +637,13 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     for (int i = 0; i < 2; ++i) {
       float m = SPLITKV_NEG_INF;
 #pragma unroll
-      for (int n = 0; n < S::kSTiles; ++n) m = fmaxf(m, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      for (int n = 0; n < S::kSFrags; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (row_of(e) == i) m = fmaxf(m, s[n][e]);
+        }
+      }
+      m = row_reduce_max(m);
       block_max[i] = m;
       raise[i] = m != SPLITKV_NEG_INF &&
                  (row_max[i] == SPLITKV_NEG_INF || (m - row_max[i]) * kLog2e > kLazyRescaleLog2);
@@ -581,20 +658,26 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         row_max[i] = m;
         row_sum[i] *= alpha;
 #pragma unroll
-        for (int d = 0; d < S::kDTiles; ++d) acc[d][2 * i] *= alpha, acc[d][2 * i + 1] *= alpha;
+        for (int d = 0; d < S::kAccTiles; ++d) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if (row_of(e) == i) acc[d][e] *= alpha;
+          }
+        }
       }
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const float m_log2 = (row_max[i] == SPLITKV_NEG_INF ? 0.0f : row_max[i]) * kLog2e;
 #pragma unroll
-      for (int n = 0; n < S::kSTiles; ++n) {
+      for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < 4; ++e) {
+          if (row_of(e) != i) continue;
           // Rounded before the subtraction, like m_log2 (no fused multiply-add): the row's
           // largest logit then gets exactly exp2(0) = 1, so a dominant key's v row comes out exact.
-          const float pr = exp2f(__fmul_rn(s[n][2 * i + e], kLog2e) - m_log2);
-          s[n][2 * i + e] = pr;
+          const float pr = exp2f(__fmul_rn(s[n][e], kLog2e) - m_log2);
+          s[n][e] = pr;
           row_sum[i] += pr;
         }
       }
@@ -606,27 +689,49 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
 #pragma unroll
     for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
-      const uint32_t a[4] = {PackPair<M>(s[2 * kk][0], s[2 * kk][1]), PackPair<M>(s[2 * kk][2], s[2 * kk][3]),
-                             PackPair<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             PackPair<M>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      if constexpr (S::kFp8) {
+      if constexpr (S::kKeyRows) {
+        // O^T += V^T P^T over the k-step's 16 keys: P^T's B fragment is S^T's m-tile kk
+        // transposed in registers (keys g, g + 8 of query rows 2t, 2t + 1 -> keys 2t, 2t + 1
+        // and + 8, + 9 of query row g); V^T's A fragments are Fp8Frags::V's b0 / b1 pairs,
+        // whose d-tiles 4q + 2jj and + 1 become an m-tile's rows g and g + 8 (StageFp8KeyRows).
+        const uint32_t p0 = MovMatrixTrans(PackPair<M>(s[kk][0], s[kk][1]));
+        const uint32_t p1 = MovMatrixTrans(PackPair<M>(s[kk][2], s[kk][3]));
+        uint32_t v_addr[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v_addr[k] = SharedAddress(s_v) + fp8_v_base[kk][k];
 #pragma unroll
         for (int q = 0; q < S::kDTiles / 4; ++q) {
           uint32_t b0[4], b1[4];
-          uint32_t v_addr[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k) v_addr[k] = SharedAddress(s_v) + fp8_v_base[kk][k];
           Fp8Frags<S>::V(v_addr, q, b0, b1);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) Mma16816<M>(acc[4 * q + j], a, b0[j], b1[j]);
+          for (int jj = 0; jj < 2; ++jj) {
+            const uint32_t a[4] = {b0[2 * jj], b0[2 * jj + 1], b1[2 * jj], b1[2 * jj + 1]};
+            Mma16816<M>(acc[2 * q + jj], a, p0, p1);
+          }
         }
       } else {
+        const uint32_t a[4] = {PackPair<M>(s[2 * kk][0], s[2 * kk][1]), PackPair<M>(s[2 * kk][2], s[2 * kk][3]),
+                               PackPair<M>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               PackPair<M>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        if constexpr (S::kFp8) {
 #pragma unroll
-        for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
-          uint32_t b[4];
-          LdMatrixX4Trans(b, s_v + KvOffset<S>(v_row + kk * 16, dp * 2 + v_bit, row7));
-          Mma16816<M>(acc[2 * dp], a, b[0], b[1]);
-          Mma16816<M>(acc[2 * dp + 1], a, b[2], b[3]);
+          for (int q = 0; q < S::kDTiles / 4; ++q) {
+            uint32_t b0[4], b1[4];
+            uint32_t v_addr[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) v_addr[k] = SharedAddress(s_v) + fp8_v_base[kk][k];
+            Fp8Frags<S>::V(v_addr, q, b0, b1);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) Mma16816<M>(acc[4 * q + j], a, b0[j], b1[j]);
+          }
+        } else {
+#pragma unroll
+          for (int dp = 0; dp < S::kDTiles / 2; ++dp) {
+            uint32_t b[4];
+            LdMatrixX4Trans(b, s_v + KvOffset<S>(v_row + kk * 16, dp * 2 + v_bit, row7));
+            Mma16816<M>(acc[2 * dp], a, b[0], b[1]);
+            Mma16816<M>(acc[2 * dp + 1], a, b[2], b[3]);
+          }
         }
       }
     }
@@ -637,8 +742,13 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
-    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
+    if constexpr (S::kKeyRows) {
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], o);
+    } else {
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
+    }
   }
   // Every copy has landed (each block was waited for) and every warp has left the loop (its
   // last iteration ended in a barrier): shared memory is free. A split with no key block
@@ -647,7 +757,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   if (num_blocks == 0) __syncthreads();
   float* const s_o = reinterpret_cast<float*>(smem);
   float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
-  if constexpr (S::kFp8) {
+  if constexpr (S::kKeyRows) {
+    StageFp8KeyRows<S::kAccTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);
+  } else if constexpr (S::kFp8) {
     StageFp8Rows<S::kDTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);
   } else {
     StageWarpRows<S::kDTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);

@@ -226,6 +226,14 @@ __device__ __forceinline__ uint32_t LoadAcquireGpu(const uint32_t* address) {
   return v;
 }
 
+// The transpose of an 8 x 8 matrix of 16-bit values held as an mma fragment (lane l: row
+// l / 4, columns 2 (l % 4) and + 1), returned in the same fragment layout (sm_75+).
+__device__ __forceinline__ uint32_t MovMatrixTrans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
 // c += a * b for one 16x8x16 tile; a row-major, b column-major (i.e. [n][k] in memory).
 template <typename T>
 __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
