@@ -93,30 +93,29 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
 }
 
 // The bulk decode kernel over an fp8 cache: tensor copies of the cache's bytes, converted to
-// float16 in registers (decode_kernel.cuh Fp8Frags), with keys as the mma's rows where a tile
-// holds at most 8 query rows (a decode step at a group of up to 8; speculative tokens may
-// make more). Split grids of at most one wave of 2-stage CTAs run those tiles at 2 stages at
-// head_dim 128 (3 fit an SM: 168 registers, 32 bytes of spill), unsplit grids at 3. H200,
-// fp8 us, keys as rows at 3 -> 2 stages, same call (docs/perf_log.md 2026-12-02): 1 x 32768
-// 25.6 -> 24.7, 4 x 8192 25.3 -> 24.3, 16 x 4096 41.3 -> 39.2, 16 x 8192 73.6 -> 69.5, 1 x
-// 131072 73.8 -> 70.3; unsplit 64 x 4096 134.3 -> 158.3.
+// float16 in registers (decode_kernel.cuh Fp8Frags). Split grids of at most one wave of
+// 2-stage CTAs at head_dim 128 whose tiles hold at most 8 query rows (a decode step at a group
+// of up to 8) run keys as the mma's rows at 2 stages (3 fit an SM: 168 registers, 32 bytes
+// of spill); every other grid the query rows as the mma's rows at 3 stages. H200, fp8 us, one
+// call each (docs/perf_log.md 2026-12-02): keys as rows at 3 -> 2 stages 1 x 32768 25.6 ->
+// 24.7, 4 x 8192 25.3 -> 24.3, 16 x 4096 41.3 -> 39.2, 16 x 8192 73.6 -> 69.5, 1 x 131072
+// 73.8 -> 70.3 (query rows, 3 stages: 26.5, 26.1, 40.8, 70.5, 71.3); unsplit 64 x 4096 query
+// rows 133.9, keys as rows 134.3 (3 stages) and 158.3 (2).
 template <int kHeadDim, bool kKeyRows, int kStages = Fp8BulkDecodeStages(kHeadDim)>
 using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim), kStages,
                                            true, false, true, kKeyRows>;
+using Fp8KeyRowsSplitShape = Fp8BulkDecodeShape<128, true, 2>;
 static_assert(Fp8BulkDecodeShape<128, false>::kMinBlocks == 2 && Fp8BulkDecodeShape<256, false>::kMinBlocks == 2);
-static_assert(Fp8BulkDecodeShape<128, true, 2>::kMinBlocks == 3);
+static_assert(Fp8KeyRowsSplitShape::kMinBlocks == 3);
 
 template <typename T, int kHeadDim>
 void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
                          int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
-  if (params.max_tile_rows <= Fp8BulkDecodeShape<kHeadDim, true>::kKeyRowsMaxRows) {
-    if constexpr (kHeadDim == 128) {
-      if (params.num_splits > 1 && num_tiles * params.num_splits <= split_workers) {
-        return BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, true, 2>>::Launch(params, kv, num_tiles, stream, op,
-                                                                                   maps);
-      }
+  if constexpr (kHeadDim == 128) {
+    if (params.max_tile_rows <= Fp8KeyRowsSplitShape::kKeyRowsMaxRows && params.num_splits > 1 &&
+        num_tiles * params.num_splits <= split_workers) {
+      return BulkDecodeInstance<T, Fp8KeyRowsSplitShape>::Launch(params, kv, num_tiles, stream, op, maps);
     }
-    return BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, true>>::Launch(params, kv, num_tiles, stream, op, maps);
   }
   BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, false>>::Launch(params, kv, num_tiles, stream, op, maps);
 }
