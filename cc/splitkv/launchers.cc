@@ -197,6 +197,8 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.max_splits = traits.max_splits;
   request.split_block_keys = traits.split_block_keys;
   request.split_merge_blocks = traits.split_merge_blocks;
+  request.short_split_keys = traits.short_split_keys;
+  request.short_split_workers = traits.short_split_workers;
   request.forced_num_splits = options.num_splits;
   request.workspace_bytes = workspace.bytes;
   request.batch_invariant = options.batch_invariant;

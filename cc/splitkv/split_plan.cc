@@ -10,11 +10,14 @@ namespace splitkv {
 
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
                            int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys,
-                           int64_t split_merge_blocks) {
+                           int64_t split_merge_blocks, int64_t short_split_keys, int64_t short_split_workers) {
   if (num_tiles <= 0 || num_workers <= 0) return 1;
   // Enough tiles to keep (almost) every worker busy: splitting only adds merge work.
   if (num_tiles * 10 >= num_workers * 8) return 1;
-  const int64_t by_keys = std::max<int64_t>(1, max_kv_len / std::max<int64_t>(1, min_keys_per_split));
+  int64_t by_keys = std::max<int64_t>(1, max_kv_len / std::max<int64_t>(1, min_keys_per_split));
+  if (short_split_keys > 0 && short_split_workers >= num_tiles) {
+    by_keys = std::max(by_keys, std::min(max_kv_len / short_split_keys, short_split_workers / num_tiles));
+  }
   const int64_t limit = std::max<int64_t>(1, std::min(max_splits, by_keys));
   // Efficiency of s splits: the fraction of the last wave's workers that have work.
   auto efficiency = [&](int64_t s) {
@@ -33,10 +36,13 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   };
   int64_t chosen = 1;
   bool found = false;
-  // One split (no merge) always competes on cost: its wave may be emptier than a split grid's
-  // and still finish first when the merge costs more than the blocks splitting saves.
+  // With a merge price one split (no merge) always competes on cost: its wave may be emptier
+  // than a split grid's and still finish first when the merge costs more than the blocks
+  // splitting saves. Without one, 1 competes as any count does (FlashAttention's rule: the
+  // planners without a price, the CPU's and other GPUs', plan as they did before the price).
   for (int64_t s = 1; s <= limit; ++s) {
-    if ((s == 1 || efficiency(s) >= 0.95 * best) && (!found || cost(s) < cost(chosen))) chosen = s, found = true;
+    const bool candidate = (s == 1 && merge > 0) || efficiency(s) >= 0.95 * best;
+    if (candidate && (!found || cost(s) < cost(chosen))) chosen = s, found = true;
   }
   return chosen;
 }
@@ -101,7 +107,8 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     const bool fits = Fits(r.layout_shape, splits, r.workspace_bytes) && fits_counters(splits);
     const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
     const bool pays = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
-                                         r.split_block_keys, r.split_merge_blocks) > 1;
+                                         r.split_block_keys, r.split_merge_blocks, r.short_split_keys,
+                                         r.short_split_workers) > 1;
     if (splits > 1 && !r.in_task_splits && !fits) {
       const int64_t needed = RequiredWorkspaceBytes(r.layout_shape, splits);
       if (!fits_counters(splits)) {
@@ -136,7 +143,8 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
   } else {
     const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
     int64_t s = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
-                                   r.split_block_keys, r.split_merge_blocks);
+                                   r.split_block_keys, r.split_merge_blocks, r.short_split_keys,
+                                   r.short_split_workers);
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }

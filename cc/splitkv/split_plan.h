@@ -2,16 +2,18 @@
 //
 // The heuristic follows the idea of FlashAttention 3's num_splits_heuristic (hopper/
 // heuristics.h): split only when the tiles alone would leave workers idle, and consider the
-// split counts whose last wave is at least 95% as full as the best one, and 1. Among those it
-// takes the count whose grid the wave model finishes first: waves x key blocks in a split
-// (the kernels walk keys in blocks of split_block_keys, so a split of 16.5 blocks costs 17),
-// plus for any count above 1 the price of its partials and merge (split_merge_blocks, in the
-// same blocks); the smallest count on a tie. Examples: 8 tiles on 264 workers (132 SMs x 2
+// split counts whose last wave is at least 95% as full as the best one (and 1, when splitting
+// has a price). Among those it takes the count whose grid the wave model finishes first:
+// waves x key blocks in a split (the kernels walk keys in blocks of split_block_keys, so a
+// split of 16.5 blocks costs 17), plus for any count above 1 the price of its partials and
+// merge (split_merge_blocks, in the same blocks); the smallest count on a tie. Examples: 8 tiles on 264 workers (132 SMs x 2
 // CTAs) with 32k keys (512 blocks of 64): 32 splits (97% full, 16 blocks each) and 33 (100%,
 // 16 blocks) tie, so 32; FlashAttention's 85% would take 29 (232 CTAs). On 396 workers (3
 // CTAs an SM) at most 32 splits: 31 (the smallest within 95%) costs 17 blocks, 32 costs 16,
 // so 32 (1.3% faster on the H200 than 31). 256 keys at a price of 2: 2 splits cost 2 + 2,
-// tying 1 split's 4, so the tile stays whole.
+// tying 1 split's 4, so the tile stays whole. The most splits a tile takes: max_splits, and
+// its keys over min_keys_per_split, or over short_split_keys where that grid still fits
+// short_split_workers.
 #ifndef SPLITKV_SPLIT_PLAN_H_
 #define SPLITKV_SPLIT_PLAN_H_
 
@@ -46,6 +48,11 @@ struct SplitPlanRequest {
   // What splitting costs a tile in the wave model's blocks (0: nothing): the partials and the
   // last CTA's merge, so a short tile stays whole where its few blocks cost less than that.
   int64_t split_merge_blocks = 0;
+  // Splits may be as short as this many keys (0: min_keys_per_split always) while the split
+  // grid fits short_split_workers (one CTA an SM): each CTA then has its SM to itself, and a
+  // shorter chain of blocks wins; past that, more, shorter CTAs only add fixed cost.
+  int64_t short_split_keys = 0;
+  int64_t short_split_workers = 0;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size
   // Batch-invariant mode: splits of invariant_split_keys keys at absolute positions; the
@@ -70,7 +77,8 @@ struct SplitPlan {
 // The split count that best fills `num_workers` (ignores the workspace size).
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
                            int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys = 64,
-                           int64_t split_merge_blocks = 0);
+                           int64_t split_merge_blocks = 0, int64_t short_split_keys = 0,
+                           int64_t short_split_workers = 0);
 
 // Chooses num_splits and the workspace layout. A chosen count is lowered until the
 // workspace holds it (1 split needs only the counter region, and no counters). Throws

@@ -155,8 +155,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         and 256 over a 16-byte aligned cache with pages of 8+ slots run the sm_90 decode
         kernel, which converts the staged fp8 bytes to float16 in registers (exactly; a
         bfloat16 q is scaled per row by a power of two into float16's range): on the H200
-        0.50-0.55x the bf16 call's time at batch 64+ with 4k+ keys; 0.56-0.65x at 1 x 32k,
-        1 x 128k, 4 x 8k, 16 x 4k and 16 x 8k (1 x 32k 0.65x, 16 x 4096 0.59x); about the
+        0.50-0.55x the bf16 call's time at batch 64+ with 4k+ keys; 0.56-0.66x at 1 x 32k,
+        1 x 128k, 4 x 8k, 16 x 4k and 16 x 8k (1 x 32k 0.66x, 16 x 4096 0.59x); about the
         bf16 time with at most 4k keys at batch 1-8, where fixed costs dominate
         (docs/bench/h200-2026-12-02-grid/, docs/bench/h200-2026-12-02-fp8-kr2/). Every other
         fp8 call (prefill tiles, head_dim 64, other GPUs) runs the mma.sync kernel, which

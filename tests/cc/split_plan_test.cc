@@ -82,11 +82,45 @@ TEST(HeuristicSplitsBatchOneLongKv) {
 // workers at 128-key splits of 64-key blocks. 256 keys (4 blocks): 2 splits cost 2 + 2, a tie
 // with 1 split's 4, so it stays whole; at a price of 1 it splits. 512 keys (8 blocks): 4 splits
 // cost 2 + 2 against 8, so it splits at either price, as it does without one.
+// Splits as short as short_split_keys while tiles x splits fit short_split_workers (the H200's
+// 132 SMs; 264 workers filled at head_dim 128, 528 at 64), min_keys_per_split past that.
+TEST(HeuristicTakesShortSplitsWithinOneCtaAnSm) {
+  // 1 x 1024 keys (8 tiles): 8 splits of 128 keys; 16 of 64 (128 CTAs) with short splits.
+  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(8, 264, 1024, 128, 32, 64, 2));
+  EXPECT_EQ(int64_t{16}, NumSplitsHeuristic(8, 264, 1024, 128, 32, 64, 2, 64, 132));
+  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(8, 528, 512, 128, 32, 64, 2, 64, 132));
+  // 1 x 2048: 16 splits of 128 keys already make 128 CTAs; 32 of 64 would pass 132.
+  EXPECT_EQ(int64_t{16}, NumSplitsHeuristic(8, 264, 2048, 128, 32, 64, 2, 64, 132));
+  // 4 x 1024 at head_dim 64 (32 tiles): 132 / 32 = 4 short splits a tile, fewer than the 8 of
+  // 128 keys, which stay.
+  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(32, 528, 1024, 128, 32, 64, 2, 64, 132));
+  // More tiles than SMs: as without short splits.
+  for (int64_t kv : {256, 1024, 4096}) {
+    EXPECT_EQ(NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2), NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2, 64, 132));
+  }
+  // PlanSplits passes them on.
+  SplitPlanRequest r = LongDecodeRequest();
+  r.num_workers = 264;
+  r.max_kv_len = 1024;
+  r.min_keys_per_split = 128;
+  r.max_splits = 32;
+  r.split_merge_blocks = 2;
+  EXPECT_EQ(int64_t{8}, PlanSplits(r).num_splits);
+  r.short_split_keys = 64;
+  r.short_split_workers = 132;
+  EXPECT_EQ(int64_t{16}, PlanSplits(r).num_splits);
+}
+
 TEST(HeuristicWeighsTheMergeAgainstShortTiles) {
   EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 0));
   EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 2));
   EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 1));
   for (int64_t merge : {0, 1, 2}) EXPECT_EQ(int64_t{4}, NumSplitsHeuristic(8, 264, 512, 128, 32, 64, merge));
+  // Without a price 1 split competes only through the wave filter, as before the price: 152
+  // tiles on 216 workers at 600 keys, where 4 splits (3 waves of 3 blocks) tie 1 split's 9
+  // blocks, take 4; with a price the whole tile wins.
+  EXPECT_EQ(int64_t{4}, NumSplitsHeuristic(152, 216, 600, 128, 32, 64, 0));
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(152, 216, 600, 128, 32, 64, 2));
   // Long KV: the same count as without a price (32 x 16 blocks + 2 against 512 blocks).
   EXPECT_EQ(int64_t{32}, NumSplitsHeuristic(8, 264, 32768, 256, 64, 64, 2));
   // PlanSplits passes the request's price on.

@@ -25,9 +25,9 @@ except ImportError:  # run as a script from a source checkout
     import conftest  # noqa: F401
 
 import errors_test
-import splitkv
 import harness
 import splitkv
+from splitkv import _splitkv
 from errors_test import _aligned_buffer, _edited, _other_device, _paged_call, _ragged_call
 
 DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs",
@@ -571,7 +571,7 @@ ROWS = [
 
 def _with_status_word(p, ws, word, value):
     """A paged call on `ws` after writing `value` into word `word` of its status record."""
-    status = ws.counter_region()[splitkv.COUNTER_REGION_BYTES - 256:].view(torch.int32)
+    status = ws.counter_region()[_splitkv.kStatusOffset:].view(torch.int32)  # workspace_layout.h
     status[word] = value
     return _paged_call(p, ws)
 

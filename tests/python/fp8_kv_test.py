@@ -188,8 +188,9 @@ def test_paged_fp8_tile_rows(device, group, q_lens, num_splits):
     """Decode tiles of 1 to 16 query rows (group x tokens: one token at group 8 or 16, a few
     speculative tokens at a small group) over an fp8 cache at head_dim 128 and 256, where
     causal rows of one tile see different keys, planned and forced splits, against float64
-    on the dequantised K/V. On sm_90 the forced splits of tiles of at most 8 rows at head_dim
-    128 run keys as the mma's rows; every other case the query rows: both at every row count."""
+    on the dequantised K/V. On sm_90 tiles of at most 8 rows at head_dim 128 in a split grid
+    (forced, or planned: 9 splits here) run keys as the mma's rows, the rest the query rows
+    (d128 tiles of at most 8 rows unsplit: test_paged_fp8_decode_long)."""
     for head_dim, dtype, seed in ((128, torch.bfloat16, 21), (256, torch.float16, 22)):
         harness.require(device, dtype, head_dim)
         problem = harness.make_paged([700, 9, 300, 1200], page_size=16, group=group,

@@ -174,6 +174,10 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
     traits.fill_workers =
         int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, DecodeFillCtasPerSm(head_dim));
     traits.split_merge_blocks = DecodeSplitMergeBlocks(static_cast<int>(head_dim), kv_fp8);
+    if (!kv_fp8) {  // an fp8 block is 128 keys: a 64-key split would be half of one
+      traits.short_split_keys = kDecodeShortSplitKeys;
+      traits.short_split_workers = workers.sm_count;
+    }
   }
   traits.min_keys_per_split = tile.kind == TileKind::kDecode ? kDecodeMinKeysPerSplit : 256;
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;

@@ -32,9 +32,10 @@ struct AttentionKernelParams {
   // Work tiles: blockIdx.x enumerates (request, kv_head, q_tile); blockIdx.y is the split.
   int32_t q_tile_tokens = 1;
   int32_t max_q_tiles = 1;
-  // The most query rows a tile holds: group_size x min(q_tile_tokens, max_q_len) (an fp8
-  // decode of at most 8 rows runs the decode kernel's keys-as-rows shape, launch code).
-  int32_t max_tile_rows = 0;
+  // The most query rows a tile holds: group_size x min(q_tile_tokens, max_q_len) (at head_dim
+  // 128 an fp8 split grid of at most one wave with at most 8 rows runs the decode kernel's
+  // keys-as-rows shape: attention_launch.cuh). Unset, it reads as more than any tile holds.
+  int32_t max_tile_rows = 1 << 30;
   int32_t num_splits = 1;
   // Batch-invariant mode: keys per split at absolute positions (split_plan.h
   // InvariantSplitKeyRange); 0: the default split rule.
