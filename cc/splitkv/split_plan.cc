@@ -15,7 +15,10 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   // Enough tiles to keep (almost) every worker busy: splitting only adds merge work.
   if (num_tiles * 10 >= num_workers * 8) return 1;
   int64_t by_keys = std::max<int64_t>(1, max_kv_len / std::max<int64_t>(1, min_keys_per_split));
-  if (short_split_keys > 0 && short_split_workers >= num_tiles) {
+  // Short splits only for tiles the floor already cuts into 4 or more: below that (256-511
+  // keys at a 128-key floor) the measured choice was 1 split against 2, and one-block grids
+  // there were not measured.
+  if (short_split_keys > 0 && short_split_workers >= num_tiles && max_kv_len >= 4 * min_keys_per_split) {
     by_keys = std::max(by_keys, std::min(max_kv_len / short_split_keys, short_split_workers / num_tiles));
   }
   const int64_t limit = std::max<int64_t>(1, std::min(max_splits, by_keys));

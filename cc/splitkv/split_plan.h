@@ -13,7 +13,7 @@
 // so 32 (1.3% faster on the H200 than 31). 256 keys at a price of 2: 2 splits cost 2 + 2,
 // tying 1 split's 4, so the tile stays whole. The most splits a tile takes: max_splits, and
 // its keys over min_keys_per_split, or over short_split_keys where that grid still fits
-// short_split_workers.
+// short_split_workers (tiles of 4 x min_keys_per_split keys or more).
 #ifndef SPLITKV_SPLIT_PLAN_H_
 #define SPLITKV_SPLIT_PLAN_H_
 
@@ -49,8 +49,9 @@ struct SplitPlanRequest {
   // last CTA's merge, so a short tile stays whole where its few blocks cost less than that.
   int64_t split_merge_blocks = 0;
   // Splits may be as short as this many keys (0: min_keys_per_split always) while the split
-  // grid fits short_split_workers (one CTA an SM): each CTA then has its SM to itself, and a
-  // shorter chain of blocks wins; past that, more, shorter CTAs only add fixed cost.
+  // grid fits short_split_workers (one CTA an SM), for tiles of at least 4 x
+  // min_keys_per_split keys: each CTA then has its SM to itself, and a shorter chain of
+  // blocks wins; past that, more, shorter CTAs only add fixed cost.
   int64_t short_split_keys = 0;
   int64_t short_split_workers = 0;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw

@@ -94,6 +94,10 @@ TEST(HeuristicTakesShortSplitsWithinOneCtaAnSm) {
   // 4 x 1024 at head_dim 64 (32 tiles): 132 / 32 = 4 short splits a tile, fewer than the 8 of
   // 128 keys, which stay.
   EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(32, 528, 1024, 128, 32, 64, 2, 64, 132));
+  // Under 4 x 128 keys the 128-key floor rules (256 keys: 1 split, as the merge price chose).
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 2, 64, 132));
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 264, 320, 128, 32, 64, 2, 64, 132));
+  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(8, 264, 512, 128, 32, 64, 2, 64, 132));
   // More tiles than SMs: as without short splits.
   for (int64_t kv : {256, 1024, 4096}) {
     EXPECT_EQ(NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2), NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2, 64, 132));

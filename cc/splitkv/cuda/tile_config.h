@@ -97,7 +97,7 @@ inline constexpr int64_t kDecodeMaxSplits = 32;
 // (below), docs/perf_log.md 2026-12-02.
 inline constexpr int64_t kDecodeMinKeysPerSplit = 128;
 // Shorter still, one 64-key block, for 16-bit caches while the split grid fits one CTA an SM
-// (split_plan.h short_split_keys). H200, 64 against 128 keys at batch 1 / 4 / 16 x 512-4096
+// and the request has 512 keys or more (split_plan.h short_split_keys). H200, 64 against 128 keys at batch 1 / 4 / 16 x 512-4096
 // keys (same call, graph us): batch 1 x 512 / 1024 d64 8.60 / 8.72 -> 7.77 / 8.14, d128 9.38 /
 // 9.44 -> 8.27 / 8.91, d256 11.36 / 11.95 -> 10.09 / 11.34 (4 -> 8 and 8 -> 16 splits, 32 to
 // 128 CTAs); but where the grid passed one CTA an SM it lost: 1 x 2048 d128 16 -> 32 splits
