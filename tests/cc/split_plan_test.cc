@@ -78,36 +78,40 @@ TEST(HeuristicSplitsBatchOneLongKv) {
   EXPECT_GT(NumSplitsHeuristic(1, 8, 4096, 256, 64), int64_t{1});
 }
 
-// The merge's price (split_merge_blocks) is paid once by any count above 1: 8 tiles on 264
-// workers at 128-key splits of 64-key blocks. 256 keys (4 blocks): 2 splits cost 2 + 2, a tie
-// with 1 split's 4, so it stays whole; at a price of 1 it splits. 512 keys (8 blocks): 4 splits
-// cost 2 + 2 against 8, so it splits at either price, as it does without one.
+// Batch 1 decode over `max_kv_len` keys as the H200 plans head_dim 128 decode tiles: 8 tiles,
+// 264 workers filled (132 SMs x 2 CTAs), 128-key splits of 64-key blocks, at most 32.
+SplitPlanRequest ShortDecodeRequest(int64_t max_kv_len) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.num_workers = 264;
+  r.max_kv_len = max_kv_len;
+  r.min_keys_per_split = 128;
+  r.max_splits = 32;
+  return r;
+}
+
 // Splits as short as short_split_keys while tiles x splits fit short_split_workers (the H200's
-// 132 SMs; 264 workers filled at head_dim 128, 528 at 64), min_keys_per_split past that.
+// 132 SMs; 264 workers filled at head_dim 128, 396 at 64), min_keys_per_split past that.
 TEST(HeuristicTakesShortSplitsWithinOneCtaAnSm) {
   // 1 x 1024 keys (8 tiles): 8 splits of 128 keys; 16 of 64 (128 CTAs) with short splits.
   EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(8, 264, 1024, 128, 32, 64, 2));
   EXPECT_EQ(int64_t{16}, NumSplitsHeuristic(8, 264, 1024, 128, 32, 64, 2, 64, 132));
-  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(8, 528, 512, 128, 32, 64, 2, 64, 132));
+  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(8, 396, 512, 128, 32, 64, 2, 64, 132));
   // 1 x 2048: 16 splits of 128 keys already make 128 CTAs; 32 of 64 would pass 132.
   EXPECT_EQ(int64_t{16}, NumSplitsHeuristic(8, 264, 2048, 128, 32, 64, 2, 64, 132));
   // 4 x 1024 at head_dim 64 (32 tiles): 132 / 32 = 4 short splits a tile, fewer than the 8 of
   // 128 keys, which stay.
-  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(32, 528, 1024, 128, 32, 64, 2, 64, 132));
+  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(32, 396, 1024, 128, 32, 64, 2, 64, 132));
   // Under 4 x 128 keys the 128-key floor rules (256 keys: 1 split, as the merge price chose).
   EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 2, 64, 132));
   EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 264, 320, 128, 32, 64, 2, 64, 132));
   EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(8, 264, 512, 128, 32, 64, 2, 64, 132));
   // More tiles than SMs: as without short splits.
   for (int64_t kv : {256, 1024, 4096}) {
-    EXPECT_EQ(NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2), NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2, 64, 132));
+    EXPECT_EQ(NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2),
+              NumSplitsHeuristic(160, 264, kv, 128, 32, 64, 2, 64, 132));
   }
   // PlanSplits passes them on.
-  SplitPlanRequest r = LongDecodeRequest();
-  r.num_workers = 264;
-  r.max_kv_len = 1024;
-  r.min_keys_per_split = 128;
-  r.max_splits = 32;
+  SplitPlanRequest r = ShortDecodeRequest(1024);
   r.split_merge_blocks = 2;
   EXPECT_EQ(int64_t{8}, PlanSplits(r).num_splits);
   r.short_split_keys = 64;
@@ -115,6 +119,10 @@ TEST(HeuristicTakesShortSplitsWithinOneCtaAnSm) {
   EXPECT_EQ(int64_t{16}, PlanSplits(r).num_splits);
 }
 
+// The merge's price (split_merge_blocks) is paid once by any count above 1: 8 tiles on 264
+// workers at 128-key splits of 64-key blocks. 256 keys (4 blocks): 2 splits cost 2 + 2, a tie
+// with 1 split's 4, so it stays whole; at a price of 1 it splits. 512 keys (8 blocks): 4 splits
+// cost 2 + 2 against 8, so it splits at either price, as it does without one.
 TEST(HeuristicWeighsTheMergeAgainstShortTiles) {
   EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 0));
   EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(8, 264, 256, 128, 32, 64, 2));
@@ -128,11 +136,7 @@ TEST(HeuristicWeighsTheMergeAgainstShortTiles) {
   // Long KV: the same count as without a price (32 x 16 blocks + 2 against 512 blocks).
   EXPECT_EQ(int64_t{32}, NumSplitsHeuristic(8, 264, 32768, 256, 64, 64, 2));
   // PlanSplits passes the request's price on.
-  SplitPlanRequest r = LongDecodeRequest();
-  r.num_workers = 264;
-  r.max_kv_len = 256;
-  r.min_keys_per_split = 128;
-  r.max_splits = 32;
+  SplitPlanRequest r = ShortDecodeRequest(256);
   EXPECT_EQ(int64_t{2}, PlanSplits(r).num_splits);
   r.split_merge_blocks = 2;
   EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);

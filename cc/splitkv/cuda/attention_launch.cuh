@@ -76,6 +76,12 @@ static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == 2 &&
 template <typename T, class Shape, template <typename> class KvSourceT = PagedKvSource>
 using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
 
+// A split grid of at most one wave of the 2-stage decode CTAs (`split_workers` of them fit
+// the device at once): its CTAs are short, so the 2-stage shapes run it (tile_config.h).
+inline bool OneWaveSplitGrid(const AttentionKernelParams& params, int64_t num_tiles, int64_t split_workers) {
+  return params.num_splits > 1 && num_tiles * params.num_splits <= split_workers;
+}
+
 template <typename T, int kHeadDim, bool kPageTma, template <typename> class KvSourceT = PagedKvSource>
 void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSourceT<T>::Params& kv,
                       const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
@@ -84,7 +90,7 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
   // grid of more than one wave of those (a forced num_splits at a large batch) has long CTAs
   // and runs 3 stages, as unsplit: 64 x 4096 at 2 forced splits 3.97 -> 4.04 TB/s (4 splits
   // 4.04 -> 4.03) on the H200.
-  if (params.num_splits > 1 && num_tiles * params.num_splits <= split_workers) {
+  if (OneWaveSplitGrid(params, num_tiles, split_workers)) {
     return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<kHeadDim, kPageTma>, KvSourceT>::Launch(
         params, kv, num_tiles, stream, op, maps);
   }
@@ -112,8 +118,8 @@ template <typename T, int kHeadDim>
 void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
                          int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
   if constexpr (kHeadDim == 128) {
-    if (params.max_tile_rows <= Fp8KeyRowsSplitShape::kKeyRowsMaxRows && params.num_splits > 1 &&
-        num_tiles * params.num_splits <= split_workers) {
+    if (params.max_tile_rows <= Fp8KeyRowsSplitShape::kKeyRowsMaxRows &&
+        OneWaveSplitGrid(params, num_tiles, split_workers)) {
       return BulkDecodeInstance<T, Fp8KeyRowsSplitShape>::Launch(params, kv, num_tiles, stream, op, maps);
     }
   }

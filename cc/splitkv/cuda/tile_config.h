@@ -70,8 +70,9 @@ constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // head_dim 128 (a 64-key fp8 block is half a 16-bit block's bytes for the same per-block
 // work: barrier, copies, softmax reductions); a stage of them holds a 16-bit 64-key stage's
 // bytes. 3 stages (2 CTAs an SM, where the planner fills 2 as for 16-bit caches), but for
-// the keys-as-rows split grids at head_dim 128 (2 stages: attention_launch.cuh); 64-key blocks at 256 (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too
-// few registers for a 256-column accumulator). H200, fp8 / bf16 time, d128: 2 stages and 3
+// the keys-as-rows split grids at head_dim 128 (2 stages: attention_launch.cuh); 64-key
+// blocks at 256 (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too few registers for
+// a 256-column accumulator). H200, fp8 / bf16 time, d128: 2 stages and 3
 // CTAs an SM for split grids (filled, up to 64 splits) against this: 1 x 32768 0.823 / 0.721,
 // 16 x 8192 0.582 / 0.563, 1 x 131072 0.590 / 0.567, 16 x 4096 0.607 / 0.625 (docs/perf_log.md).
 constexpr int Fp8DecodeBlockKeys(int head_dim) { return head_dim >= 256 ? 64 : 128; }
@@ -97,20 +98,22 @@ inline constexpr int64_t kDecodeMaxSplits = 32;
 // (below), docs/perf_log.md 2026-12-02.
 inline constexpr int64_t kDecodeMinKeysPerSplit = 128;
 // Shorter still, one 64-key block, for 16-bit caches while the split grid fits one CTA an SM
-// and the request has 512 keys or more (split_plan.h short_split_keys). H200, 64 against 128 keys at batch 1 / 4 / 16 x 512-4096
-// keys (same call, graph us): batch 1 x 512 / 1024 d64 8.60 / 8.72 -> 7.77 / 8.14, d128 9.38 /
-// 9.44 -> 8.27 / 8.91, d256 11.36 / 11.95 -> 10.09 / 11.34 (4 -> 8 and 8 -> 16 splits, 32 to
-// 128 CTAs); but where the grid passed one CTA an SM it lost: 1 x 2048 d128 16 -> 32 splits
-// 10.03 -> 10.30, 4 x 1024 d64 8 -> 12 9.61 -> 10.56; fp8 d128 lost at 1 x 1024 / 2048 and 4
-// x 512 (+3..+6 %), so it keeps 128 (docs/perf_log.md 2026-12-02).
+// and the request has 512 keys or more (split_plan.h short_split_keys). H200, 64 against 128
+// keys at batch 1 / 4 / 16 x 512-4096 keys (same call, graph us): batch 1 x 512 / 1024 d64
+// 8.60 / 8.72 -> 7.77 / 8.14, d128 9.38 / 9.44 -> 8.27 / 8.91, d256 11.36 / 11.95 -> 10.09 /
+// 11.34 (4 -> 8 and 8 -> 16 splits, 32 to 128 CTAs); but where the grid passed one CTA an SM
+// it lost: 1 x 2048 d128 16 -> 32 splits 10.03 -> 10.30, 4 x 1024 d64 8 -> 12 9.61 -> 10.56;
+// fp8 d128 lost at 1 x 1024 / 2048 and 4 x 512 (+3..+6 %), so it keeps 128 (docs/perf_log.md
+// 2026-12-02).
 inline constexpr int64_t kDecodeShortSplitKeys = 64;
 // The planner's price of splitting a decode tile on sm_90 (split_plan.h), in DecodeBlockKeys
 // blocks (also for fp8, whose kernel walks 128-key blocks: the planner counts 64-key ones, and
-// the fp8 price below was chosen in those units): the partials and the last CTA's merge. H200, 256 keys, 1 split against 2, graph,
-// us, batch 1 (1-16 alike): bf16 d64 7.35 / 8.49, d128 8.59 / 9.10, fp8 d128 8.97 / 9.72,
-// all of batch 1-16 5-18 % faster whole; but d256 (bf16 12.35 / 11.13, fp8 13.15 / 12.22)
-// and fp8 d64 (10.55 / 9.18) split faster, their blocks costing more. Two blocks make 256
-// keys (4 blocks) a tie that stays whole at d <= 128, one lets d256 and fp8 d64 split.
+// the fp8 price below was chosen in those units): the partials and the last CTA's merge.
+// H200, 256 keys, 1 split against 2, graph, us, batch 1 (1-16 alike): bf16 d64 7.35 / 8.49,
+// d128 8.59 / 9.10, fp8 d128 8.97 / 9.72, all of batch 1-16 5-18 % faster whole; but d256
+// (bf16 12.35 / 11.13, fp8 13.15 / 12.22) and fp8 d64 (10.55 / 9.18) split faster, their
+// blocks costing more. Two blocks make 256 keys (4 blocks) a tie that stays whole at
+// d <= 128, one lets d256 and fp8 d64 split.
 constexpr int64_t DecodeSplitMergeBlocks(int head_dim, bool kv_fp8) {
   return head_dim >= 256 || (kv_fp8 && head_dim < 128) ? 1 : 2;
 }
