@@ -1,5 +1,11 @@
 """A/B of the decode split floor: the same cells timed with whichever splitkv is on PYTHONPATH.
-Prints one JSON line per cell: batch, kv_len, head_dim, dtype, planned num_splits, graph us."""
+Prints one JSON line per cell: batch, kv_len, head_dim, dtype, planned num_splits, graph us.
+
+    python3 ab_floor.py TAG [BATCHES [KV_LENS [FP8_HEAD_DIMS]]]   # comma lists
+
+Defaults (the first call): batches 1,2,4,8,16, keys 256,512,1024,2048,4096, fp8 at every
+head_dim. The second call passed 1,2,4,8,16 256,320,384,512; the third 1,4,16
+512,1024,2048,4096 128."""
 import json, math, sys, torch, splitkv
 sys.path.insert(0, "tools/bench")
 import timing
@@ -7,10 +13,16 @@ dev = torch.device("cuda")
 g = torch.Generator(device=dev); g.manual_seed(1)
 ws = splitkv.Workspace(256 << 20, "cuda")
 tag = sys.argv[1]
+def ints(i, default):
+    return tuple(int(x) for x in sys.argv[i].split(",")) if len(sys.argv) > i else default
+batches = ints(2, (1, 2, 4, 8, 16))
+kv_lens = ints(3, (256, 512, 1024, 2048, 4096))
+fp8_head_dims = ints(4, (64, 128, 256))
 for d in (64, 128, 256):
     for dtype in ("bf16", "fp8"):
-        for batch in (1, 2, 4, 8, 16):
-            for n in (256, 512, 1024, 2048, 4096):
+        if dtype == "fp8" and d not in fp8_head_dims: continue
+        for batch in batches:
+            for n in kv_lens:
                 pages = n // 16
                 elt = 1 if dtype == "fp8" else 2
                 nbytes = batch * n * 8 * d * 2 * elt
