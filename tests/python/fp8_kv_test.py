@@ -156,10 +156,10 @@ def test_ragged_fp8_unaligned_rows(device):
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("num_splits", [None, 1, 5])
 def test_paged_fp8_decode_long(device, dtype, head_dim, num_splits):
-    """Decode over longer fp8 caches: many key blocks (on sm_90 at head_dim 128 and 256 the
-    bulk decode kernel, which converts the staged bytes to float16 and runs a bfloat16 q as
-    float16 scaled by a power of two per row), sinks, GQA 4, per-head k scales, q rows far
-    from magnitude 1 both ways, HND and NHD, planned and forced splits."""
+    """Decode over longer fp8 caches: many key blocks (on sm_90 the bulk decode kernel, which
+    converts the staged bytes to float16 and runs a bfloat16 q as float16 scaled by a power of
+    two per row; at head_dim 64 its rows are staged as 64 bytes), sinks, GQA 4, per-head k
+    scales, q rows far from magnitude 1 both ways, HND and NHD, planned and forced splits."""
     harness.require(device, dtype, head_dim)
     for kv_layout, q_magnitude, seed in (("HND", 30.0, 11), ("NHD", 1e-3, 12)):
         problem = harness.make_paged([1000, 3, 517, 64], page_size=16, group=4,
@@ -186,12 +186,12 @@ def test_paged_fp8_decode_long(device, dtype, head_dim, num_splits):
 @pytest.mark.parametrize("num_splits", [None, 3])
 def test_paged_fp8_tile_rows(device, group, q_lens, num_splits):
     """Decode tiles of 1 to 16 query rows (group x tokens: one token at group 8 or 16, a few
-    speculative tokens at a small group) over an fp8 cache at head_dim 128 and 256, where
+    speculative tokens at a small group) over an fp8 cache at head_dim 128, 256 and 64, where
     causal rows of one tile see different keys, planned and forced splits, against float64
     on the dequantised K/V. On sm_90 tiles of at most 8 rows at head_dim 128 in a split grid
     (forced, or planned: 9 splits here) run keys as the mma's rows, the rest the query rows
     (d128 tiles of at most 8 rows unsplit: test_paged_fp8_decode_long)."""
-    for head_dim, dtype, seed in ((128, torch.bfloat16, 21), (256, torch.float16, 22)):
+    for head_dim, dtype, seed in ((128, torch.bfloat16, 21), (256, torch.float16, 22), (64, torch.bfloat16, 23)):
         harness.require(device, dtype, head_dim)
         problem = harness.make_paged([700, 9, 300, 1200], page_size=16, group=group,
                                      head_dim=head_dim, dtype=dtype, q_lens=q_lens,

@@ -4,7 +4,7 @@ Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 d
 with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
-V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (the sm_90 bulk decode kernel at d128/d256, mma.sync: d64, prefill tiles, ragged), split merges (num_splits > 1) and direct
+V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
 batch-invariant calls (sm_90: every one on the decode kernel, ragged K/V by row copies), and
@@ -137,6 +137,12 @@ def main():
                             device="cuda", q_lens=[9, 1]), dict(batch_invariant=True, max_q_len=9)),
         ("paged fp8 (e4m3) cache, d256 NHD, sinks, a window (sm_90: the bulk decode kernel), 3 splits",
          _fp8(harness.make_paged([700, 3, 130], page_size=16, group=4, head_dim=256,
+                                 dtype=torch.bfloat16, device="cuda", kv_layout="NHD"), 0.5),
+         dict(num_splits=3, k_scale=0.5, v_scale=0.5, window_left=300,
+              sinks=torch.linspace(-2, 3, 8, device="cuda"))),
+        ("paged fp8 (e4m3) cache, d64 NHD pages of 8, sinks, a window (sm_90: the bulk decode "
+         "kernel, 64-byte rows), 3 splits",
+         _fp8(harness.make_paged([700, 3, 130], page_size=8, group=4, head_dim=64,
                                  dtype=torch.bfloat16, device="cuda", kv_layout="NHD"), 0.5),
          dict(num_splits=3, k_scale=0.5, v_scale=0.5, window_left=300,
               sinks=torch.linspace(-2, 3, 8, device="cuda"))),

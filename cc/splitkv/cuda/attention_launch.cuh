@@ -112,6 +112,7 @@ using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim
                                            true, false, true, kKeyRows>;
 using Fp8KeyRowsSplitShape = Fp8BulkDecodeShape<128, true, 2>;
 static_assert(Fp8BulkDecodeShape<128, false>::kMinBlocks == 2 && Fp8BulkDecodeShape<256, false>::kMinBlocks == 2);
+static_assert(Fp8BulkDecodeShape<64, false>::kMinBlocks == 3 && Fp8BulkDecodeShape<64, false>::kRowBytes == 64);
 static_assert(Fp8KeyRowsSplitShape::kMinBlocks == 3);
 
 template <typename T, int kHeadDim>
@@ -132,7 +133,7 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
                       const char* op) {
   if (params.kv_fp8) {  // an fp8 cache: the sm_90 decode kernel where its tensor maps apply, else
     if (kind == TileKind::kDecode) {  // the mma.sync kernel, which dequantises as it loads
-      if constexpr (kHeadDim % 128 == 0) {
+      if constexpr (kHeadDim % 64 == 0) {
         if (maps.box_rows > 0 && DeviceRunsSm90a(op)) {
           return LaunchFp8BulkDecode<T, kHeadDim>(params, kv, maps, num_tiles, split_workers, stream, op);
         }

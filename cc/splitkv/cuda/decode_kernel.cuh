@@ -28,7 +28,7 @@
 //    the sum and the output share whichever reference max was used); each row decides for
 //    itself, so its bits do not depend on the tile's other rows (batch-invariant mode runs
 //    every call of an sm_90 device here, tile_config.h InvariantTile).
-//  - an fp8 (e4m3) cache (kFp8, head_dim 128 or 256): tensor copies of the cache's bytes as
+//  - an fp8 (e4m3) cache (kFp8, head_dim 64, 128 or 256): tensor copies of the cache's bytes as
 //    16-bit words (a row of head_dim bytes is head_dim / 2 words: half the bytes of a
 //    16-bit cache per key, more stages in the same shared memory). The mma runs in float16
 //    whatever q's dtype (every e4m3 value is a float16: exact): a bfloat16 q row is scaled by
@@ -72,16 +72,21 @@ struct BulkDecodeShape {
   static constexpr bool kPageTma = kPageTma_;
   static constexpr bool kKvRing = kKvRing_;
   static constexpr bool kFp8 = kFp8_;
-  static_assert(!kFp8 || (kPageTma && !kKvRing && kHeadDim % 128 == 0), "fp8: tensor copies of whole stages");
+  static_assert(!kFp8 || (kPageTma && !kKvRing && kHeadDim % 64 == 0), "fp8: tensor copies of whole stages");
   static constexpr bool kKeyRows = kKeyRows_;
   static_assert(!kKeyRows || kFp8, "keys as rows: the fp8 fragments' layout");
   static constexpr int kKeyRowsMaxRows = 8;  // the mma's n: a keys-as-rows tile's query rows
   static constexpr int kSlots = kKvRing ? kStages : 2 * kStages;  // K-or-V block buffers
   // 16-bit words of a staged K or V row (an fp8 row of head_dim bytes is head_dim / 2).
   static constexpr int kStageCols = kFp8 ? kHeadDim / 2 : kHeadDim;
-  static_assert(!kPageTma || kStageCols % 64 == 0, "tensor copies move 64-column halves");
+  // Tensor copies move rows in parts of 64 words (128 bytes, the 128-byte swizzle), or whole
+  // 32-word rows (fp8 at head_dim 64: 64 bytes, the 64-byte swizzle): kHalves parts a row.
+  static constexpr int kHalfCols = kStageCols < 64 ? kStageCols : 64;
+  static constexpr int kRowBytes = kHalfCols * 2;  // of one staged row part
+  static_assert(!kPageTma || kStageCols % 64 == 0 || (kFp8 && kStageCols == 32),
+                "tensor copies move 64-column halves (fp8 head_dim 64: one 32-column row)");
   static_assert(!kKvRing || (kPageTma && kStages >= 3), "the ring streams tensor copies, K and V in flight");
-  static constexpr int kHalves = kStageCols / 64;
+  static constexpr int kHalves = kStageCols / kHalfCols;
   static constexpr int kWarpsN = kThreads / 32;  // every warp takes a slice of each block
   static constexpr int kRows = kDecodeRows;
   static constexpr int kKeysPerWarp = kBlockN / kWarpsN;
@@ -91,7 +96,7 @@ struct BulkDecodeShape {
   static_assert(kPageTma ? kBlockN / 8 * 2 * kHalves <= kThreads : 2 * kBlockN <= kThreads,
                 "one thread issues at most one copy per block");
   static constexpr int kRowElems = kHeadDim + 8;  // the pad moves each row by one bank group
-  // K/V rows: padded (row copies), or [half][row][64] with the 128-byte swizzle (tensor copies).
+  // K/V rows: padded (row copies), or [half][row][kHalfCols] swizzled (tensor copies).
   static constexpr int kKvRowElems = kPageTma ? kStageCols : kRowElems;
   static constexpr int kDTiles = kHeadDim / 8;
   static constexpr int kKSteps = kHeadDim / 16;
@@ -119,11 +124,21 @@ struct BulkDecodeShape {
 // A probability stays below 2^kLazyRescaleLog2 against a stale running max.
 inline constexpr float kLazyRescaleLog2 = 8.0f;
 
+// The swizzle's XOR term of staged row `row`: the 16-byte chunk c of a 128-byte row sits at
+// c ^ (row % 8); of a 64-byte row (the 64-byte swizzle XORs address bits 4-5 with 7-8) at
+// c ^ ((row / 2) % 4).
+template <class S>
+__device__ __forceinline__ int RowSwizzle(int row) {
+  return S::kRowBytes == 128 ? row & 7 : (row >> 1) & 3;
+}
+
 // Element offset of (key row `row`, 8-element chunk `chunk`) in a K or V block; row7 is
-// row % 8 (the swizzle's XOR term, which callers know without a division).
+// row % 8 (the 128-byte swizzle's XOR term, which callers know without a division).
 template <class S>
 __device__ __forceinline__ int KvOffset(int row, int chunk, int row7) {
-  if constexpr (S::kPageTma) {
+  if constexpr (S::kPageTma && S::kRowBytes == 64) {
+    return row * 32 + ((chunk ^ RowSwizzle<S>(row)) << 3);
+  } else if constexpr (S::kPageTma) {
     return (chunk >> 3) * (S::kBlockN * 64) + row * 64 + (((chunk & 7) ^ row7) << 3);
   } else {
     return row * S::kRowElems + chunk * 8;
@@ -142,22 +157,33 @@ __device__ __forceinline__ int KvOffset(int row, int chunk, int row7) {
 //    word (head_dim 32 q + 4g .. + 3) holding its b0 / b1 bytes for the 4 d-tiles 4q .. 4q + 3,
 //    which byte permutes pair up across rows. StageFp8Rows writes the output columns back.
 // Every load is conflict-free: the 128-byte swizzle spreads the 8 rows of a warp's load over
-// all 32 banks.
+// all 32 banks. At head_dim 64 (64-byte rows, the 64-byte swizzle) a row's 16 words take half
+// the banks, by the row's parity: K's 8 rows are 4 even and 4 odd, and for V, whose 4 rows a
+// load are all even or all odd, the lanes reading chunks 2q + 1 (lane >= 16) swap each pair
+// of rows 2t, 2t + 1 (VRow) and undo the swap in their byte permutes.
 template <class S>
 struct Fp8Frags {
-  // Bytes of one 64-word column half of a staged block.
-  static constexpr uint32_t kHalfBytes = S::kBlockN * 128;
-  // A staged row's 16-byte chunk c sits at chunk c ^ (row % 8) of its 128 bytes, so the byte
-  // offset of (row, chunk c < 8, byte b < 16) is (row * 128 | (row % 8) << 4 | b) ^ (c << 4):
-  // with a lane's row and byte fixed, each fragment's address is its lane base XOR a constant.
-  // K: key row `row`'s word of every k-step (ks at KBase ^ (ks % 8) << 4, + ks / 8 halves).
+  // Bytes of one column part (64 words, or a whole 32-word row) of a staged block.
+  static constexpr uint32_t kHalfBytes = S::kBlockN * S::kRowBytes;
+  static constexpr bool kSwapV = S::kRowBytes == 64;
+  // A staged row's 16-byte chunk c sits at chunk c ^ RowSwizzle(row) of its part, so the byte
+  // offset of (row, chunk c, byte b < 16) is (row * kRowBytes | RowSwizzle(row) << 4 | b) ^
+  // (c << 4): with a lane's row and byte fixed, each fragment's address is its lane base XOR a
+  // constant.
+  // K: key row `row`'s word of every k-step (ks at KBase ^ (ks % 8) << 4, + ks / 8 parts).
   static __device__ __forceinline__ uint32_t KBase(int row, int lane) {
-    return row * 128 | (row & 7) << 4 | (lane & 3) * 4;
+    return row * S::kRowBytes | RowSwizzle<S>(row) << 4 | (lane & 3) * 4;
+  }
+  // The key row (of a 16-key k-step at `first`) that this lane's V load k (0..3) reads: rows
+  // 2t, 2t + 1, 2t + 8, 2t + 9, the pairs swapped where kSwapV and lane >= 16.
+  static __device__ __forceinline__ int VRow(int first, int k, int lane) {
+    const int swap = kSwapV ? (lane >> 4) & 1 : 0;
+    return first + 2 * (lane & 3) + ((k & 1) ^ swap) + 8 * (k >> 1);
   }
   // V: key row `row`'s word of head_dim 32 q + 4 (lane / 4) .. + 3 (chunk 2q + lane / 16) at
-  // VBase ^ ((2q) % 8) << 4, + q / 4 halves.
+  // VBase ^ ((2q) % 8) << 4, + q / 4 parts.
   static __device__ __forceinline__ uint32_t VBase(int row, int lane) {
-    return row * 128 | (((lane >> 4) ^ (row & 7)) << 4) | (lane & 12);
+    return row * S::kRowBytes | (((lane >> 4) ^ RowSwizzle<S>(row)) << 4) | (lane & 12);
   }
   // b0 (low) and b1 (high) of k-step ks for the key row whose KBase (plus the block's shared
   // address) is `k_addr`.
@@ -165,15 +191,19 @@ struct Fp8Frags {
     Fp8x4ToHalf2x2(LdShared32((k_addr ^ ((ks & 7) << 4)) + (ks >> 3) * kHalfBytes), b0, b1);
   }
   // b0[j], b1[j] of d-tile 4q + j from key rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of a
-  // k-step, whose VBase (plus the block's shared address) are v_addr[0..3].
-  static __device__ __forceinline__ void V(const uint32_t (&v_addr)[4], int q, uint32_t (&b0)[4], uint32_t (&b1)[4]) {
+  // k-step, whose VBase (plus the block's shared address) are v_addr[0..3] (VRow's order: a
+  // swapped lane's words of each pair arrive high row first, and its permutes take them so).
+  static __device__ __forceinline__ void V(const uint32_t (&v_addr)[4], int q, int lane, uint32_t (&b0)[4],
+                                           uint32_t (&b1)[4]) {
+    const bool swap = kSwapV && (lane >> 4) != 0;
+    const uint32_t lo = swap ? 0x1504u : 0x5140u, hi = swap ? 0x3726u : 0x7362u;
     uint32_t w[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) w[k] = LdShared32((v_addr[k] ^ (((2 * q) & 7) << 4)) + (q >> 2) * kHalfBytes);
-    Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], 0x5140), b0[0], b0[1]);
-    Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], 0x7362), b0[2], b0[3]);
-    Fp8x4ToHalf2x2(__byte_perm(w[2], w[3], 0x5140), b1[0], b1[1]);
-    Fp8x4ToHalf2x2(__byte_perm(w[2], w[3], 0x7362), b1[2], b1[3]);
+    Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], lo), b0[0], b0[1]);
+    Fp8x4ToHalf2x2(__byte_perm(w[0], w[1], hi), b0[2], b0[3]);
+    Fp8x4ToHalf2x2(__byte_perm(w[2], w[3], lo), b1[0], b1[1]);
+    Fp8x4ToHalf2x2(__byte_perm(w[2], w[3], hi), b1[2], b1[3]);
   }
   // Q's A fragment of k-step ks from float16 rows (row stride kRowElems) in the order above.
   static __device__ __forceinline__ void QFrag(const __half* s_q, int ks, int lane, uint32_t (&a)[4]) {
@@ -321,18 +351,19 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     const int j0 = loop_begin + block * S::kBlockN;
     const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
     const int num_parts = which == 3 ? 2 : 1;
-    if (threadIdx.x == 0) MbarrierArriveExpectTx(bar, fetched * num_parts * S::kHalves * box_rows * 128);
+    if (threadIdx.x == 0) MbarrierArriveExpectTx(bar, fetched * num_parts * S::kHalves * box_rows * S::kRowBytes);
     if (!copier || (which & (copy_v ? 2 : 1)) == 0) return;
     const int page = next_page;
     next_page = page_for(block + 1);
     if (j0 + copy_row >= key_end) return;
     const int slot = (j0 + copy_row) & kv.slot_mask;
     const CUtensorMap* map = copy_v ? &maps.v : &maps.k;
-    T* dst = s_kv + (buf + (which == 3 && copy_v)) * S::kKvElems + copy_half * (S::kBlockN * 64) + copy_row * 64;
+    T* dst = s_kv + (buf + (which == 3 && copy_v)) * S::kKvElems + copy_half * (S::kBlockN * S::kHalfCols) +
+             copy_row * S::kHalfCols;
     if (maps.slot_inner) {
-      TensorCopy4dToShared(dst, map, bar, copy_half * 64, slot, kv_head, page, kv_policy);
+      TensorCopy4dToShared(dst, map, bar, copy_half * S::kHalfCols, slot, kv_head, page, kv_policy);
     } else {
-      TensorCopy4dToShared(dst, map, bar, copy_half * 64, kv_head, slot, page, kv_policy);
+      TensorCopy4dToShared(dst, map, bar, copy_half * S::kHalfCols, kv_head, slot, page, kv_policy);
     }
   };
   // Ring: part p of the stream into buffer p % kStages, if its block exists.
@@ -505,7 +536,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     for (int kk = 0; kk < S::kKeysPerWarp / 16; ++kk) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        fp8_v_base[kk][k] = Fp8Frags<S>::VBase(key0 + kk * 16 + 2 * (lane & 3) + (k & 1) + 8 * (k >> 1), lane);
+        fp8_v_base[kk][k] = Fp8Frags<S>::VBase(Fp8Frags<S>::VRow(key0 + kk * 16, k, lane), lane);
       }
     }
   }
@@ -702,7 +733,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 #pragma unroll
         for (int q = 0; q < S::kDTiles / 4; ++q) {
           uint32_t b0[4], b1[4];
-          Fp8Frags<S>::V(v_addr, q, b0, b1);
+          Fp8Frags<S>::V(v_addr, q, lane, b0, b1);
 #pragma unroll
           for (int jj = 0; jj < 2; ++jj) {
             const uint32_t a[4] = {b0[2 * jj], b0[2 * jj + 1], b1[2 * jj], b1[2 * jj + 1]};
@@ -720,7 +751,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
             uint32_t v_addr[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) v_addr[k] = SharedAddress(s_v) + fp8_v_base[kk][k];
-            Fp8Frags<S>::V(v_addr, q, b0, b1);
+            Fp8Frags<S>::V(v_addr, q, lane, b0, b1);
 #pragma unroll
             for (int j = 0; j < 4; ++j) Mma16816<M>(acc[4 * q + j], a, b0[j], b1[j]);
           }

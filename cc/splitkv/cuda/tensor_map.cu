@@ -32,9 +32,9 @@ EncodeTiledFn EncodeTiled() {
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// A box of 8 rows of 128 bytes is one 128-byte-swizzle atom (1024 bytes), so every box lands
-// on an atom boundary in shared memory and the kernel's swizzled addressing holds; smaller
-// pages keep row copies.
+// A box of 8 rows of 128 bytes is one 128-byte-swizzle atom (1024 bytes; 8 rows of 64 bytes
+// one 64-byte-swizzle atom, 512), so every box lands on an atom boundary in shared memory and
+// the kernel's swizzled addressing holds; smaller pages keep row copies.
 constexpr int64_t kMinBoxRows = 8;
 
 }  // namespace
@@ -60,10 +60,13 @@ bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, 
       global_strides[i - 1] = static_cast<cuuint64_t>(strides[i - 1]) * 2;
     }
   }
+  // The swizzle spans a box row: 128 bytes, or 64 (an fp8 cache's rows at head_dim 64).
+  if (box[0] * 2 != 128 && box[0] * 2 != 64) return false;
+  const CUtensorMapSwizzle swizzle = box[0] * 2 == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B;
   const CUtensorMapDataType type =
       dtype == DType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return encode(map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), global_dims, global_strides,
-                box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                 l2_promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -93,16 +96,17 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || p.page_size < kMinBoxRows) return maps;
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return maps;
   // An fp8 cache's bytes travel as 16-bit words (the decode kernel converts them): a row of
-  // head_dim bytes is head_dim / 2 words, so head_dim 128 and 256 (64 bytes is half a box row).
+  // head_dim bytes is head_dim / 2 words; at head_dim 64 that is a 64-byte box row, staged
+  // with the 64-byte swizzle (decode_kernel.cuh RowSwizzle).
   const int64_t per_word = p.kv_storage.fp8_e4m3 ? 2 : 1;
-  if (p.head_dim / per_word < 64) return maps;
+  const uint32_t box_cols = static_cast<uint32_t>(std::min<int64_t>(64, p.head_dim / per_word));
   if (p.num_pages > 2147483647 || !Aligned16(p.k_cache) || !Aligned16(p.v_cache)) return maps;
   // Dimensions in ascending stride order: slot then head (HND), or head then slot (NHD).
   const bool slot_inner = p.k_stride_slot <= p.k_stride_head;
   if (slot_inner != (p.v_stride_slot <= p.v_stride_head)) return maps;
   const int64_t rows = std::min<int64_t>(p.page_size, block_keys);
   const int64_t mid[2] = {slot_inner ? p.page_size : p.num_kv_heads, slot_inner ? p.num_kv_heads : p.page_size};
-  const uint32_t box[4] = {64, static_cast<uint32_t>(slot_inner ? rows : 1), static_cast<uint32_t>(slot_inner ? 1 : rows),
+  const uint32_t box[4] = {box_cols, static_cast<uint32_t>(slot_inner ? rows : 1), static_cast<uint32_t>(slot_inner ? 1 : rows),
                            1};
   const int64_t dims[4] = {p.head_dim / per_word, mid[0], mid[1], p.num_pages};
   int64_t k_strides[3] = {slot_inner ? p.k_stride_slot : p.k_stride_head,

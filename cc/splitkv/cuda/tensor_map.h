@@ -20,7 +20,8 @@ bool TensorMapsDisabled();
 
 // Encodes a float16/bfloat16 tensor of `rank` (1 to 5) dimensions, dims[0] contiguous and
 // strides[i - 1] (elements) stepping dimension i, as a map with boxes `box` (elements per
-// dimension; box[0] * 2 bytes <= 128), the 128-byte shared-memory swizzle and `l2_promotion`
+// dimension; box[0] * 2 bytes is 128 or 64), the shared-memory swizzle of that many bytes
+// (CU_TENSOR_MAP_SWIZZLE_128B or _64B) and `l2_promotion`
 // (how far L2 widens each request of a copy). Returns false when the driver refuses the
 // description or has no tensor-map entry point.
 bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,

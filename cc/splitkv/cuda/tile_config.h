@@ -66,15 +66,15 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
-// The bulk decode kernel over an fp8 cache (head_dim 128 and 256) takes 128-key blocks at
-// head_dim 128 (a 64-key fp8 block is half a 16-bit block's bytes for the same per-block
-// work: barrier, copies, softmax reductions); a stage of them holds a 16-bit 64-key stage's
-// bytes. 3 stages (2 CTAs an SM, where the planner fills 2 as for 16-bit caches), but for
-// the keys-as-rows split grids at head_dim 128 (2 stages: attention_launch.cuh); 64-key
-// blocks at 256 (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too few registers for
-// a 256-column accumulator). H200, fp8 / bf16 time, d128: 2 stages and 3
-// CTAs an SM for split grids (filled, up to 64 splits) against this: 1 x 32768 0.823 / 0.721,
-// 16 x 8192 0.582 / 0.563, 1 x 131072 0.590 / 0.567, 16 x 4096 0.607 / 0.625 (docs/perf_log.md).
+// The bulk decode kernel over an fp8 cache takes 128-key blocks at head_dim 64 and 128 (a
+// 64-key fp8 block is half a 16-bit block's bytes for the same per-block work: barrier,
+// copies, softmax reductions); a stage of them holds a 16-bit 64-key stage's bytes. 3 stages
+// (d128: 2 CTAs an SM, where the planner fills 2 as for 16-bit caches; d64: 3 an SM), but
+// for the keys-as-rows split grids at head_dim 128 (2 stages: attention_launch.cuh); 64-key
+// blocks at 256 (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too few registers for a
+// 256-column accumulator). H200, fp8 / bf16 time, d128: 2 stages and 3 CTAs an SM for split
+// grids (filled, up to 64 splits) against this: 1 x 32768 0.823 / 0.721, 16 x 8192 0.582 /
+// 0.563, 1 x 131072 0.590 / 0.567, 16 x 4096 0.607 / 0.625 (docs/perf_log.md).
 constexpr int Fp8DecodeBlockKeys(int head_dim) { return head_dim >= 256 ? 64 : 128; }
 constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
 // Tensor copies at head_dim 256 stream K and V as separate parts through 3 buffers of one
