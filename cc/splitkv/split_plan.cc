@@ -10,7 +10,8 @@ namespace splitkv {
 
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
                            int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys,
-                           int64_t split_merge_blocks, int64_t short_split_keys, int64_t short_split_workers) {
+                           int64_t split_merge_blocks, int64_t short_split_keys, int64_t short_split_workers,
+                           int64_t resident_workers) {
   if (num_tiles <= 0 || num_workers <= 0) return 1;
   // Enough tiles to keep (almost) every worker busy: splitting only adds merge work.
   if (num_tiles * 10 >= num_workers * 8) return 1;
@@ -21,11 +22,28 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   if (short_split_keys > 0 && short_split_workers >= num_tiles && max_kv_len >= 4 * min_keys_per_split) {
     by_keys = std::max(by_keys, std::min(max_kv_len / short_split_keys, short_split_workers / num_tiles));
   }
-  const int64_t limit = std::max<int64_t>(1, std::min(max_splits, by_keys));
+  int64_t limit = std::max<int64_t>(1, std::min(max_splits, by_keys));
+  // One-wave split grids: the wave model below prices a wave by its longest split's blocks,
+  // not by each CTA's fixed cost, so past one wave it took many waves of short CTAs. H200,
+  // decode, graph (us, before / after): 24 x 8192 d128 26 splits (4992 CTAs) 221.4 / 2
+  // splits 188.6; fp8 231.8 / 103.6; 32 x 8192 d64 32 splits 194.7 / 1 split 135.1
+  // (docs/perf_log.md 2026-12-02). Tiles that fill half the fill workers or more split within
+  // the resident CTAs (24 x 8192 d128: 2 splits, 384 CTAs of 396), in splits of at least 4 x
+  // min_keys_per_split keys (20 x 512 d128 at 2 splits of 256 lost 4.9 % to 1); the rest
+  // within the fill.
+  int64_t wave = num_workers;  // the workers one wave of the model holds
+  if (resident_workers > 0) {
+    int64_t cap = num_workers / num_tiles;
+    if (cap < 2 && resident_workers > num_workers) {
+      wave = resident_workers;
+      cap = std::min(resident_workers / num_tiles, max_kv_len / std::max<int64_t>(1, 4 * min_keys_per_split));
+    }
+    limit = std::max<int64_t>(1, std::min(limit, cap));
+  }
   // Efficiency of s splits: the fraction of the last wave's workers that have work.
   auto efficiency = [&](int64_t s) {
-    const double waves = static_cast<double>(num_tiles * s) / static_cast<double>(num_workers);
-    return waves / static_cast<double>((num_tiles * s + num_workers - 1) / num_workers);
+    const double waves = static_cast<double>(num_tiles * s) / static_cast<double>(wave);
+    return waves / static_cast<double>((num_tiles * s + wave - 1) / wave);
   };
   double best = 0.0;
   for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
@@ -35,7 +53,7 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   const int64_t blocks = std::max<int64_t>(1, (max_kv_len + block_keys - 1) / block_keys);
   const int64_t merge = std::max<int64_t>(0, split_merge_blocks);
   auto cost = [&](int64_t s) {
-    return (num_tiles * s + num_workers - 1) / num_workers * ((blocks + s - 1) / s) + (s > 1 ? merge : 0);
+    return (num_tiles * s + wave - 1) / wave * ((blocks + s - 1) / s) + (s > 1 ? merge : 0);
   };
   int64_t chosen = 1;
   bool found = false;
@@ -111,7 +129,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
     const bool pays = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
                                          r.split_block_keys, r.split_merge_blocks, r.short_split_keys,
-                                         r.short_split_workers) > 1;
+                                         r.short_split_workers, r.one_wave_splits ? r.num_workers : 0) > 1;
     if (splits > 1 && !r.in_task_splits && !fits) {
       const int64_t needed = RequiredWorkspaceBytes(r.layout_shape, splits);
       if (!fits_counters(splits)) {
@@ -147,7 +165,7 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     const int64_t fill = r.fill_workers > 0 ? r.fill_workers : r.num_workers;
     int64_t s = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
                                    r.split_block_keys, r.split_merge_blocks, r.short_split_keys,
-                                   r.short_split_workers);
+                                   r.short_split_workers, r.one_wave_splits ? r.num_workers : 0);
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }

@@ -54,6 +54,11 @@ struct SplitPlanRequest {
   // blocks wins; past that, more, shorter CTAs only add fixed cost.
   int64_t short_split_keys = 0;
   int64_t short_split_workers = 0;
+  // Split grids of at most one wave: within fill_workers where that holds 2 splits of every
+  // tile, else within num_workers (the resident CTAs). The wave model prices a wave by its
+  // longest split's blocks only, not each CTA's fixed cost, so without this cap it chose
+  // grids of many waves of short CTAs (the GPU decode kernel sets it; split_plan.cc).
+  bool one_wave_splits = false;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size
   // Batch-invariant mode: splits of invariant_split_keys keys at absolute positions; the
@@ -75,11 +80,14 @@ struct SplitPlan {
   WorkspaceLayout layout;
 };
 
-// The split count that best fills `num_workers` (ignores the workspace size).
+// The split count that best fills `num_workers` (ignores the workspace size). With
+// resident_workers > 0 (SplitPlanRequest::one_wave_splits: the resident count) the grid stays
+// within one wave: of num_workers where that holds 2 splits of every tile, else of
+// resident_workers.
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
                            int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys = 64,
                            int64_t split_merge_blocks = 0, int64_t short_split_keys = 0,
-                           int64_t short_split_workers = 0);
+                           int64_t short_split_workers = 0, int64_t resident_workers = 0);
 
 // Chooses num_splits and the workspace layout. A chosen count is lowered until the
 // workspace holds it (1 split needs only the counter region, and no counters). Throws

@@ -142,6 +142,44 @@ TEST(HeuristicWeighsTheMergeAgainstShortTiles) {
   EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
 }
 
+TEST(HeuristicKeepsDecodeSplitGridsToOneWave) {
+  // The H200 decode's workers: 264 filled (2 CTAs an SM at d128) of 396 resident, and 396
+  // of 396 at d64; merge price 2 (split_plan.h one_wave_splits). Without the cap the wave
+  // model took many waves of short CTAs: 24 x 8192 d128 (192 tiles) 26 splits, 220.3 us
+  // against 2 splits' 192.1 (one wave of 384 resident CTAs).
+  EXPECT_EQ(int64_t{26}, NumSplitsHeuristic(192, 264, 8192, 128, 32, 64, 2));
+  EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(192, 264, 8192, 128, 32, 64, 2, 0, 0, 396));
+  // 12 x 8192 d128 (96 tiles): 8 splits (3 waves), 105.4 us; within the fill, 2: 99.2.
+  EXPECT_EQ(int64_t{8}, NumSplitsHeuristic(96, 264, 8192, 128, 32, 64, 2, 64, 132));
+  EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(96, 264, 8192, 128, 32, 64, 2, 64, 132, 396));
+  // 10 x 16384 d128 (80 tiles): 3 splits, 240 CTAs (160.3 us; 13 splits planned before: 171.1).
+  EXPECT_EQ(int64_t{3}, NumSplitsHeuristic(80, 264, 16384, 128, 32, 64, 2, 64, 132, 396));
+  // 32 x 8192 d64 (256 tiles on 396): 1 split, 134.2 us (32 splits before: 193.3); 20 x 8192
+  // (160 tiles): 2, 88.3 us (32 before: 125.0).
+  EXPECT_EQ(int64_t{32}, NumSplitsHeuristic(256, 396, 8192, 128, 32, 64, 2));
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(256, 396, 8192, 128, 32, 64, 2, 64, 132, 396));
+  EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(160, 396, 8192, 128, 32, 64, 2, 64, 132, 396));
+  // Past the fill, splits of 4 x min_keys_per_split keys or more: 20 x 512 d128 (160 tiles)
+  // stays whole (2 splits of 256 keys lost 4.9 %), 24 x 1024 takes 2 (30.6 us against 4
+  // splits' 38.0).
+  EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(160, 264, 512, 128, 32, 64, 2, 64, 132, 396));
+  EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(192, 264, 1024, 128, 32, 64, 2, 64, 132, 396));
+  // One-wave grids plan as before: batch 1 x 32k (32), 16 x 4096 d128 (2), 1 x 1024 (16).
+  EXPECT_EQ(int64_t{32}, NumSplitsHeuristic(8, 264, 32768, 128, 32, 64, 2, 64, 132, 396));
+  EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(128, 264, 4096, 128, 32, 64, 2, 64, 132, 396));
+  EXPECT_EQ(int64_t{16}, NumSplitsHeuristic(8, 264, 1024, 128, 32, 64, 2, 64, 132, 396));
+  // PlanSplits passes the resident count when the request asks for one-wave grids.
+  SplitPlanRequest r = ShortDecodeRequest(8192);
+  r.batch_size = 24;
+  r.num_workers = 396;
+  r.fill_workers = 264;
+  r.split_merge_blocks = 2;
+  r.short_split_keys = 0;
+  EXPECT_EQ(int64_t{26}, PlanSplits(r).num_splits);
+  r.one_wave_splits = true;
+  EXPECT_EQ(int64_t{2}, PlanSplits(r).num_splits);
+}
+
 TEST(HeuristicPrefersSplitsOfWholeBlocks) {
   // 8 tiles on 396 workers (132 SMs x 3 CTAs), 32k keys in blocks of 64, at most 32 splits:
   // 31 splits are within 95% of the best wave but cost 17 blocks each; 32 cost 16.

@@ -174,6 +174,10 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
     traits.fill_workers =
         int64_t{workers.sm_count} * std::min<int64_t>(workers.ctas_per_sm, DecodeFillCtasPerSm(head_dim));
     traits.split_merge_blocks = DecodeSplitMergeBlocks(static_cast<int>(head_dim), kv_fp8);
+    // Not at head_dim 256: its many-wave split grids won there (12 x 8192: 26 splits 206.8
+    // us, one wave's 1 split 249.5; 6 x 4096 8 splits 60.9 against 2's 69.4; H200,
+    // docs/perf_log.md 2026-12-02).
+    traits.one_wave_splits = head_dim <= 128;
     if (!kv_fp8) {  // an fp8 block is 128 keys: a 64-key split would be half of one
       traits.short_split_keys = kDecodeShortSplitKeys;
       traits.short_split_workers = workers.sm_count;
