@@ -27,10 +27,10 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   // not by each CTA's fixed cost, so past one wave it took many waves of short CTAs. H200,
   // decode, graph (us, before / after): 24 x 8192 d128 26 splits (4992 CTAs) 221.4 / 2
   // splits 188.6; fp8 231.8 / 103.6; 32 x 8192 d64 32 splits 194.7 / 1 split 135.1
-  // (docs/perf_log.md 2026-12-02). Tiles that fill half the fill workers or more split within
-  // the resident CTAs (24 x 8192 d128: 2 splits, 384 CTAs of 396), in splits of at least 4 x
-  // min_keys_per_split keys (20 x 512 d128 at 2 splits of 256 lost 4.9 % to 1); the rest
-  // within the fill.
+  // (docs/perf_log.md 2026-12-02). Tiles more than half the fill workers split within the
+  // resident CTAs (24 x 8192 d128: 2 splits, 384 CTAs of 396), in splits of at least 4 x
+  // min_keys_per_split keys (20 x 512 d128 at 2 splits of 256 took 5.1 % longer than 1); the
+  // rest within the fill.
   int64_t wave = num_workers;  // the workers one wave of the model holds
   if (resident_workers > 0) {
     int64_t cap = num_workers / num_tiles;

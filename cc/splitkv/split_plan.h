@@ -55,7 +55,8 @@ struct SplitPlanRequest {
   int64_t short_split_keys = 0;
   int64_t short_split_workers = 0;
   // Split grids of at most one wave: within fill_workers where that holds 2 splits of every
-  // tile, else within num_workers (the resident CTAs). The wave model prices a wave by its
+  // tile, else within num_workers (the resident CTAs) in splits of at least 4 x
+  // min_keys_per_split keys. The wave model prices a wave by its
   // longest split's blocks only, not each CTA's fixed cost, so without this cap it chose
   // grids of many waves of short CTAs (the GPU decode kernel sets it; split_plan.cc).
   bool one_wave_splits = false;
@@ -83,7 +84,7 @@ struct SplitPlan {
 // The split count that best fills `num_workers` (ignores the workspace size). With
 // resident_workers > 0 (SplitPlanRequest::one_wave_splits: the resident count) the grid stays
 // within one wave: of num_workers where that holds 2 splits of every tile, else of
-// resident_workers.
+// resident_workers in splits of at least 4 x min_keys_per_split keys.
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
                            int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys = 64,
                            int64_t split_merge_blocks = 0, int64_t short_split_keys = 0,

@@ -144,7 +144,7 @@ TEST(HeuristicWeighsTheMergeAgainstShortTiles) {
 
 TEST(HeuristicKeepsDecodeSplitGridsToOneWave) {
   // The H200 decode's workers: 264 filled (2 CTAs an SM at d128) of 396 resident, and 396
-  // of 396 at d64; merge price 2 (split_plan.h one_wave_splits). Without the cap the wave
+  // of 396 at d64; merge price 2 (tile_config.h DecodeSplitMergeBlocks). Without the cap the wave
   // model took many waves of short CTAs: 24 x 8192 d128 (192 tiles) 26 splits, 220.3 us
   // against 2 splits' 192.1 (one wave of 384 resident CTAs).
   EXPECT_EQ(int64_t{26}, NumSplitsHeuristic(192, 264, 8192, 128, 32, 64, 2));
@@ -160,7 +160,7 @@ TEST(HeuristicKeepsDecodeSplitGridsToOneWave) {
   EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(256, 396, 8192, 128, 32, 64, 2, 64, 132, 396));
   EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(160, 396, 8192, 128, 32, 64, 2, 64, 132, 396));
   // Past the fill, splits of 4 x min_keys_per_split keys or more: 20 x 512 d128 (160 tiles)
-  // stays whole (2 splits of 256 keys lost 4.9 %), 24 x 1024 takes 2 (30.6 us against 4
+  // stays whole (2 splits of 256 keys took 5.1 % longer), 24 x 1024 takes 2 (30.6 us against 4
   // splits' 38.0).
   EXPECT_EQ(int64_t{1}, NumSplitsHeuristic(160, 264, 512, 128, 32, 64, 2, 64, 132, 396));
   EXPECT_EQ(int64_t{2}, NumSplitsHeuristic(192, 264, 1024, 128, 32, 64, 2, 64, 132, 396));

@@ -191,9 +191,12 @@ def test_paged_fp8_tile_rows(device, group, q_lens, num_splits):
     on the dequantised K/V. On sm_90 tiles of at most 8 rows at head_dim 128 in a split grid
     (forced, or planned: 9 splits here) run keys as the mma's rows, the rest the query rows
     (d128 tiles of at most 8 rows unsplit: test_paged_fp8_decode_long)."""
-    for head_dim, dtype, seed in ((128, torch.bfloat16, 21), (256, torch.float16, 22), (64, torch.bfloat16, 23)):
+    # head_dim 64 at pages of 64: two page boxes a 128-key fp8 block (test_paged_fp8_decode_long
+    # has its pages of 16).
+    for head_dim, dtype, seed, page_size in ((128, torch.bfloat16, 21, 16), (256, torch.float16, 22, 16),
+                                             (64, torch.bfloat16, 23, 64)):
         harness.require(device, dtype, head_dim)
-        problem = harness.make_paged([700, 9, 300, 1200], page_size=16, group=group,
+        problem = harness.make_paged([700, 9, 300, 1200], page_size=page_size, group=group,
                                      head_dim=head_dim, dtype=dtype, q_lens=q_lens,
                                      device=device, seed=seed)
         k_scale = _scales(True, 2, seed)

@@ -8,8 +8,9 @@
 //  - K/V blocks reach shared memory by the copy engine, completing on the stage's mbarrier,
 //    in one of two ways (kPageTma):
 //    * tensor copies: one copy per (page run of a block, K or V, 64-column half) through a
-//      tensor map of the cache (PagedKvMaps), 128-byte swizzled, so a 64-key block at
-//      page_size 16 is 16 copies of 2 KiB. The copies fetch whole page runs, so rows
+//      tensor map of the cache (PagedKvMaps), 128-byte swizzled (an fp8 cache at head_dim 64:
+//      whole 64-byte rows, 64-byte swizzled), so a 64-key block at page_size 16 is 16 copies
+//      of 2 KiB. The copies fetch whole page runs, so rows
 //      outside the split's keys (a page's tail past seq_len, anything, even NaN) arrive
 //      too: their logits are masked and each warp zeroes its V rows there (0 * NaN would
 //      be NaN in P V);
@@ -166,6 +167,9 @@ struct Fp8Frags {
   // Bytes of one column part (64 words, or a whole 32-word row) of a staged block.
   static constexpr uint32_t kHalfBytes = S::kBlockN * S::kRowBytes;
   static constexpr bool kSwapV = S::kRowBytes == 64;
+  // K's ks % 8 / ks / 8 and V's (2q) % 8 / q / 4 below count 128-byte parts; 64-byte rows hold
+  // head_dim 64's 4 k-steps (and 2 q) in one part, whose chunk XOR stays below 4.
+  static_assert(S::kRowBytes == 128 || (S::kRowBytes == 64 && S::kHeadDim == 64), "fp8 rows: 128 or 64 bytes");
   // A staged row's 16-byte chunk c sits at chunk c ^ RowSwizzle(row) of its part, so the byte
   // offset of (row, chunk c, byte b < 16) is (row * kRowBytes | RowSwizzle(row) << 4 | b) ^
   // (c << 4): with a lane's row and byte fixed, each fragment's address is its lane base XOR a

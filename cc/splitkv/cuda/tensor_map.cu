@@ -121,7 +121,9 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
     if (s % (8 * per_word) != 0) return maps;
     s /= per_word;
   }
-  // Requests stay the boxes' 128-byte lines. Widened to 256 bytes (what the prefill maps use)
+  // Requests stay the boxes' 128-byte lines (an fp8 cache at head_dim 64 has 64-byte rows: a
+  // line then takes the next row's or, NHD, the next head's bytes too; measured on HND only).
+  // Widened to 256 bytes (what the prefill maps use)
   // the same decode kernel took 6-8 % longer on grids of many CTAs at head_dim 64, 128 and 256
   // (64 x 4096 d128: 262.5 against 245.3 us; 16 x 4096 70.3 / 65.1; 1 x 32768 39.5 / 37.1) on
   // the H200, K/V read once at evict-first priority; d256 split grids (one CTA an SM) moved
