@@ -180,6 +180,25 @@ def test_paged_fp8_decode_long(device, dtype, head_dim, num_splits):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_paged_fp8_decode_small_pages(device, head_dim, num_splits):
+    """Pages of 4 slots: no page-box tensor maps (they need 8+), so on sm_90 fp8 decode tiles
+    run the mma.sync kernel, which converts as it loads (the bulk decode kernel takes every
+    fp8 decode at pages of 8 or more)."""
+    harness.require(device, torch.bfloat16, head_dim)
+    problem = harness.make_paged([600, 5, 130], page_size=4, group=4, head_dim=head_dim,
+                                 dtype=torch.bfloat16, device=device, seed=31)
+    k_scale = _scales(True, 2, 31)
+    problem.kv_cache, problem.keys, problem.values = _quantised_paged(problem, k_scale, 0.4)
+    workspace = harness.shared_workspace(device)
+    harness.fill_garbage(workspace)
+    out, _ = harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=num_splits,
+                                   k_scale=k_scale.to(device), v_scale=0.4)
+    assert out.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("group,q_lens", [(8, None), (2, [4, 1, 3, 4]), (1, [8, 2, 5, 1]), (4, [2, 1, 2, 2]),
                                           (16, None), (3, [3, 1, 2, 3]), (4, [4, 1, 3, 2])],
                          ids=["g8", "g2q4", "g1q8", "g4q2", "g16", "g3q3", "g4q4"])
