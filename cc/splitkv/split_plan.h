@@ -6,14 +6,15 @@
 // has a price). Among those it takes the count whose grid the wave model finishes first:
 // waves x key blocks in a split (the kernels walk keys in blocks of split_block_keys, so a
 // split of 16.5 blocks costs 17), plus for any count above 1 the price of its partials and
-// merge (split_merge_blocks, in the same blocks); the smallest count on a tie. Examples: 8 tiles on 264 workers (132 SMs x 2
-// CTAs) with 32k keys (512 blocks of 64): 32 splits (97% full, 16 blocks each) and 33 (100%,
-// 16 blocks) tie, so 32; FlashAttention's 85% would take 29 (232 CTAs). On 396 workers (3
-// CTAs an SM) at most 32 splits: 31 (the smallest within 95%) costs 17 blocks, 32 costs 16,
-// so 32 (1.3% faster on the H200 than 31). 256 keys at a price of 2: 2 splits cost 2 + 2,
-// tying 1 split's 4, so the tile stays whole. The most splits a tile takes: max_splits, and
-// its keys over min_keys_per_split, or over short_split_keys where that grid still fits
-// short_split_workers (tiles of 4 x min_keys_per_split keys or more).
+// merge (split_merge_blocks, in the same blocks); the smallest count on a tie. Examples: 8
+// tiles on 264 workers (132 SMs x 2 CTAs) with 32k keys (512 blocks of 64): 32 splits (97%
+// full, 16 blocks each) and 33 (100%, 16 blocks) tie, so 32; FlashAttention's 85% would take
+// 29 (232 CTAs). On 396 workers (3 CTAs an SM) at most 32 splits: 31 (the smallest within
+// 95%) costs 17 blocks, 32 costs 16, so 32 (1.3% faster on the H200 than 31). 256 keys at a
+// price of 2: 2 splits cost 2 + 2, tying 1 split's 4, so the tile stays whole. The most
+// splits a tile takes: max_splits, and its keys over min_keys_per_split, or over
+// short_split_keys where that grid still fits short_split_workers (tiles of 4 x
+// min_keys_per_split keys or more); with one_wave_splits, what one wave holds.
 #ifndef SPLITKV_SPLIT_PLAN_H_
 #define SPLITKV_SPLIT_PLAN_H_
 
@@ -56,9 +57,9 @@ struct SplitPlanRequest {
   int64_t short_split_workers = 0;
   // Split grids of at most one wave: within fill_workers where that holds 2 splits of every
   // tile, else within num_workers (the resident CTAs) in splits of at least 4 x
-  // min_keys_per_split keys. The wave model prices a wave by its
-  // longest split's blocks only, not each CTA's fixed cost, so without this cap it chose
-  // grids of many waves of short CTAs (the GPU decode kernel sets it; split_plan.cc).
+  // min_keys_per_split keys. The wave model prices a wave by its longest split's blocks
+  // only, not each CTA's fixed cost, so without this cap it chose grids of many waves of
+  // short CTAs (the GPU decode kernel sets it; split_plan.cc).
   bool one_wave_splits = false;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size

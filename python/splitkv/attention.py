@@ -151,16 +151,18 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
         ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
         V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
-        (one scale per kv head). On an H100/H200 (sm_90) decode tiles at head_dim 128
+        (one scale per kv head). On an H100/H200 (sm_90) decode tiles at head_dim 64, 128
         and 256 over a 16-byte aligned cache with pages of 8+ slots run the sm_90 decode
         kernel, which converts the staged fp8 bytes to float16 in registers (exactly; a
-        bfloat16 q is scaled per row by a power of two into float16's range): on the H200
-        0.50-0.55x the bf16 call's time at batch 64+ with 4k+ keys; 0.56-0.66x at 1 x 32k,
-        1 x 128k, 4 x 8k, 16 x 4k and 16 x 8k (1 x 32k 0.66x, 16 x 4096 0.59x); about the
-        bf16 time with at most 4k keys at batch 1-8, where fixed costs dominate
-        (docs/bench/h200-2026-12-02-grid/, docs/bench/h200-2026-12-02-fp8-kr2/). Every other
-        fp8 call (prefill tiles, head_dim 64, other GPUs) runs the mma.sync kernel, which
-        converts as it loads: correct, slower than a 16-bit cache.
+        bfloat16 q is scaled per row by a power of two into float16's range). On the H200
+        at head_dim 128: 0.50-0.55x the bf16 call's time at batch 64+ with 4k+ keys;
+        0.56-0.66x at 1 x 32k, 1 x 128k, 4 x 8k, 16 x 4k and 16 x 8k (1 x 32k 0.66x,
+        16 x 4096 0.59x); about the bf16 time with at most 4k keys at batch 1-8, where fixed
+        costs dominate (docs/bench/h200-2026-12-02-grid/, docs/bench/h200-2026-12-02-fp8-kr2/).
+        At head_dim 64: 0.52x at 64 x 4096, 0.80-0.98x in split grids, 1.2x at 1 x 1-4k
+        (docs/bench/h200-2026-12-02-fp8-d64/). Every other fp8 call (prefill tiles, pages
+        under 8 slots, other GPUs) runs the mma.sync kernel, which converts as it loads:
+        correct, slower than a 16-bit cache.
         Default None: K/V are q's dtype, and giving a scale then is an error.
     kv_offsets, full_seq_lens : torch.Tensor, optional
         Keyword-only, both or neither: ``[batch_size]`` int32, contiguous, on q's device.

@@ -10,10 +10,9 @@
 //    * tensor copies: one copy per (page run of a block, K or V, 64-column half) through a
 //      tensor map of the cache (PagedKvMaps), 128-byte swizzled (an fp8 cache at head_dim 64:
 //      whole 64-byte rows, 64-byte swizzled), so a 64-key block at page_size 16 is 16 copies
-//      of 2 KiB. The copies fetch whole page runs, so rows
-//      outside the split's keys (a page's tail past seq_len, anything, even NaN) arrive
-//      too: their logits are masked and each warp zeroes its V rows there (0 * NaN would
-//      be NaN in P V);
+//      of 2 KiB. The copies fetch whole page runs, so rows outside the split's keys (a
+//      page's tail past seq_len, anything, even NaN) arrive too: their logits are masked
+//      and each warp zeroes its V rows there (0 * NaN would be NaN in P V);
 //    * row copies (page_size < 8, or no tensor map): one thread per key row issues one
 //      cp.async.bulk of the row; rows are padded by 16 bytes, so ldmatrix's 8 row addresses
 //      fall in 8 different bank groups without a swizzle (a plain bulk copy cannot

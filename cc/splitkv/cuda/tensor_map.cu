@@ -106,8 +106,8 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   if (slot_inner != (p.v_stride_slot <= p.v_stride_head)) return maps;
   const int64_t rows = std::min<int64_t>(p.page_size, block_keys);
   const int64_t mid[2] = {slot_inner ? p.page_size : p.num_kv_heads, slot_inner ? p.num_kv_heads : p.page_size};
-  const uint32_t box[4] = {box_cols, static_cast<uint32_t>(slot_inner ? rows : 1), static_cast<uint32_t>(slot_inner ? 1 : rows),
-                           1};
+  const uint32_t box[4] = {box_cols, static_cast<uint32_t>(slot_inner ? rows : 1),
+                           static_cast<uint32_t>(slot_inner ? 1 : rows), 1};
   const int64_t dims[4] = {p.head_dim / per_word, mid[0], mid[1], p.num_pages};
   int64_t k_strides[3] = {slot_inner ? p.k_stride_slot : p.k_stride_head,
                           slot_inner ? p.k_stride_head : p.k_stride_slot, p.k_stride_page};
@@ -123,13 +123,13 @@ PagedKvMaps EncodePagedKvMaps(const PagedAttentionParams& p, int block_keys) {
   }
   // Requests stay the boxes' 128-byte lines (an fp8 cache at head_dim 64 has 64-byte rows: a
   // line then takes the next row's or, NHD, the next head's bytes too; measured on HND only).
-  // Widened to 256 bytes (what the prefill maps use)
-  // the same decode kernel took 6-8 % longer on grids of many CTAs at head_dim 64, 128 and 256
-  // (64 x 4096 d128: 262.5 against 245.3 us; 16 x 4096 70.3 / 65.1; 1 x 32768 39.5 / 37.1) on
-  // the H200, K/V read once at evict-first priority; d256 split grids (one CTA an SM) moved
-  // under 1 %. Not over-fetch: at head_dim 64 a box's rows are one contiguous run and it cost
-  // as much. 64 bytes and no promotion measured the same as 128. Measured on HND caches; NHD
-  // maps take the same setting (docs/perf_log.md, sixth session).
+  // Widened to 256 bytes (what the prefill maps use) the same decode kernel took 6-8 % longer on
+  // grids of many CTAs at head_dim 64, 128 and 256 (64 x 4096 d128: 262.5 against 245.3 us; 16 x
+  // 4096 70.3 / 65.1; 1 x 32768 39.5 / 37.1) on the H200, K/V read once at evict-first priority;
+  // d256 split grids (one CTA an SM) moved under 1 %. Not over-fetch: at head_dim 64 a box's
+  // rows are one contiguous run and it cost as much. 64 bytes and no promotion measured the same
+  // as 128. Measured on HND caches; NHD maps take the same setting (docs/perf_log.md, sixth
+  // session).
   constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   if (!EncodeTensorMap(&maps.k, p.dtype, p.k_cache, 4, dims, k_strides, box, kPromotion) ||
       !EncodeTensorMap(&maps.v, p.dtype, p.v_cache, 4, dims, v_strides, box, kPromotion)) {
