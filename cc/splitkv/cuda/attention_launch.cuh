@@ -204,12 +204,18 @@ void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& param
 }
 
 template <int kHeadDim>
-int ResidentCtasPerSm(TileKind kind, const char* op) {
+int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op) {
   if (kind == TileKind::kDecode) {
     // Resident workers: the kernel a split grid of an aligned cache runs (strided caches,
     // rare, run the cp.async kernel with these workers). The launch runs 2 stages for split
-    // grids of at most these; the planner fills fewer (Traits, DecodeFillCtasPerSm).
+    // grids of at most these; the planner fills fewer (Traits, DecodeFillCtasPerSm). An fp8
+    // cache at head_dim 64 runs one shape whatever the grid (118 registers: 4 an SM, where
+    // the 16-bit split shape's 135 fit 3); at 128 its split grids run keys as rows, 3 an SM
+    // like the 16-bit split shape, and 256 is left on the 16-bit count (not measured).
     if (DeviceRunsSm90a(op)) {
+      if constexpr (kHeadDim == 64) {
+        if (kv_fp8) return BulkDecodeInstance<__nv_bfloat16, Fp8BulkDecodeShape<64, false>>::ResidentCtasPerSm(op);
+      }
       return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim, false>>::ResidentCtasPerSm(op);
     }
     return KernelInstance<__nv_bfloat16, DecodeShape<kHeadDim>, PagedKvSource>::ResidentCtasPerSm(op);
@@ -222,7 +228,7 @@ int ResidentCtasPerSm(TileKind kind, const char* op) {
                                const PagedKvMaps&, int64_t, int64_t, cudaStream_t, const char*);                  \
   template void LaunchRagged<D>(DType, TileKind, const AttentionKernelParams&, const RaggedKvParams&, int64_t,      \
                                 int64_t, cudaStream_t, const char*);                                              \
-  template int ResidentCtasPerSm<D>(TileKind, const char*);
+  template int ResidentCtasPerSm<D>(TileKind, bool, const char*);
 
 }  // namespace splitkv::cuda
 

@@ -34,20 +34,20 @@ constexpr int64_t kInt32Max = 2147483647;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Per device: SM count, whether it runs the sm_90a kernels, and resident CTAs of each
-// (tile kind, head_dim), read once.
+// (tile kind, fp8 cache or not, head_dim), read once.
 struct DeviceInfo {
   int sm_count = 0;
   bool sm90a = false;
-  int ctas[2][3] = {{0, 0, 0}, {0, 0, 0}};  // [kind][head_dim 64, 128, 256]
+  int ctas[2][2][3] = {};  // [kind][kv_fp8][head_dim 64, 128, 256]
 };
 
 int HeadDimIndex(int64_t head_dim) { return head_dim == 64 ? 0 : head_dim == 256 ? 2 : 1; }
 
-int ResidentCtas(TileKind kind, int64_t head_dim, const char* op) {
+int ResidentCtas(TileKind kind, int64_t head_dim, bool kv_fp8, const char* op) {
   switch (head_dim) {
-    case 64: return ResidentCtasPerSm<64>(kind, op);
-    case 256: return ResidentCtasPerSm<256>(kind, op);
-    default: return ResidentCtasPerSm<128>(kind, op);
+    case 64: return ResidentCtasPerSm<64>(kind, kv_fp8, op);
+    case 256: return ResidentCtasPerSm<256>(kind, kv_fp8, op);
+    default: return ResidentCtasPerSm<128>(kind, kv_fp8, op);
   }
 }
 
@@ -58,7 +58,7 @@ struct DeviceWorkers {
   bool sm90a;  // DeviceRunsSm90a
 };
 
-DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) {
+DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, bool kv_fp8, const char* op) {
   static std::mutex mutex;
   static std::vector<DeviceInfo> devices;
   int device = 0;
@@ -70,9 +70,9 @@ DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, const char* op) 
     info.sm90a = DeviceRunsSm90a(op);  // before sm_count, which marks the entry as read
     CheckCuda(cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device), op);
   }
-  int& ctas = info.ctas[kind == TileKind::kDecode ? 0 : 1][HeadDimIndex(head_dim)];
+  int& ctas = info.ctas[kind == TileKind::kDecode ? 0 : 1][kv_fp8 ? 1 : 0][HeadDimIndex(head_dim)];
   if (ctas == 0) {
-    ctas = ResidentCtas(kind, head_dim, op);
+    ctas = ResidentCtas(kind, head_dim, kv_fp8, op);
     if (ctas == 0) {
       throw CudaError(std::string(op) + ": no CTA of the head_dim " + std::to_string(head_dim) +
                       " kernel fits on an SM of device " + std::to_string(device));
@@ -168,7 +168,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   const TileChoice tile = TileFor(batch_invariant, group_size, max_q_len, kv_fp8, "splitkv");
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
-  const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, "splitkv");
+  const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, kv_fp8, "splitkv");
   traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
   if (tile.kind == TileKind::kDecode && workers.sm90a) {
     traits.fill_workers =
