@@ -110,7 +110,9 @@ def assert_same(a, b):
 
 
 def reference(request, kv_len, begin, **options):
-    opts = {k: v for k, v in options.items() if k in ("causal", "window_left", "logits_soft_cap")}
+    opts = {k: v for k, v in options.items() if k in ("causal", "window_left", "logits_soft_cap", "sinks")}
+    if opts.get("sinks") is not None:
+        opts["sinks"] = opts["sinks"].cpu()
     return splitkv_reference.attention(request.q[begin:kv_len], request.k[:kv_len], request.v[:kv_len],
                                        sm_scale=request.q.shape[-1] ** -0.5, **opts)
 
@@ -158,14 +160,41 @@ def test_prefill_chunks_verify_and_decode_agree(device, option):
     and beside other prompts), from paged chunks of random sizes (1 included) over the
     paged cache, from a speculative verify of 3 tokens and from a one-token decode."""
     harness.require(device)
-    options = OPTIONS[option]
+    check_prefill_chunks_verify_and_decode(device, OPTIONS[option])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,head_dim,group,page_size,option", [
+    (torch.bfloat16, 128, 4, 16, "plain"),
+    (torch.float16, 64, 8, 16, "window"),
+    (torch.bfloat16, 128, 2, 4, "cap"),      # pages under 8 slots: decode tiles by row copies
+    (torch.bfloat16, 64, 4, 64, "sinks"),
+    (torch.float16, 128, 16, 8, "window"),
+    (torch.bfloat16, 256, 4, 16, "plain"),   # head_dim 256: decode tiles for every call
+    (torch.bfloat16, 128, 3, 16, "plain"),   # a group the wgmma kernel declines
+])
+def test_prefill_and_decode_kernels_agree_cuda(dtype, head_dim, group, page_size, option):
+    """L3 and L4 on CUDA across its kernels: ragged and paged prefills of more than one split
+    (the wgmma kernel, which merges a tile's splits itself), chunks, verifies and decodes (the
+    decode kernel's wgmma-order path, by tensor copies or row copies) give the same bits."""
+    harness.require("cuda", dtype, head_dim)
+    options = dict(OPTIONS.get(option, {}))
+    if option == "sinks":
+        options["sinks"] = torch.randn(2 * group, generator=torch.Generator().manual_seed(3)).to("cuda")
+    check_prefill_chunks_verify_and_decode("cuda", options, dtype=dtype, head_dim=head_dim, group=group,
+                                           page_size=page_size)
+
+
+def check_prefill_chunks_verify_and_decode(device, options, *, dtype=torch.bfloat16, head_dim=64, group=4,
+                                           page_size=16):
     lengths = [2600, 300, 1100]
-    requests = make_requests(lengths, group=4, seed=7)
-    workspace = splitkv.Workspace(256 << 20, device)
+    requests = make_requests(lengths, group=group, head_dim=head_dim, dtype=dtype, seed=7)
+    workspace = splitkv.Workspace(512 << 20, device)
+    harness.fill_garbage(workspace)
     n = lengths[0]
     whole = ragged(requests, [(0, n, 0)], workspace, device=device, **options)[0]
     expected, expected_lse = reference(requests[0], n, 0, **options)
-    harness.assert_close(whole[0], expected, torch.bfloat16)
+    harness.assert_close(whole[0], expected, dtype)
     harness.assert_lse_close(whole[1], expected_lse)
     # Beside other prompts, first or last.
     beside = ragged(requests, [(1, 300, 0), (0, n, 0), (2, 1100, 0)], workspace, device=device, **options)
@@ -178,17 +207,18 @@ def test_prefill_chunks_verify_and_decode_agree(device, option):
         end = min(n, begin + size)
         # The chunk rides with a decode of another request, as in a serving step.
         got = paged(requests, [(2, 1100, 1099), (0, end, begin)], workspace, device=device,
-                    seed=begin, **options)[1]
+                    seed=begin, page_size=page_size, **options)[1]
         outs.append(got[0])
         lses.append(got[1])
         begin = end
     assert_same((torch.cat(outs), torch.cat(lses)), whole)
     # A verify of 3 tokens and one-token decodes, at split edges and inside splits.
     for t in [0, 1, 63, 64, 1023, 1024, 1025, 2047, 2048, 2599]:
-        decode = paged(requests, [(0, t + 1, t)], workspace, device=device, **options)[0]
+        decode = paged(requests, [(0, t + 1, t)], workspace, device=device, page_size=page_size, **options)[0]
         assert_same(decode, (whole[0][t:t + 1], whole[1][t:t + 1]))
         if t >= 2:
-            verify = paged(requests, [(1, 300, 299), (0, t + 1, t - 2)], workspace, device=device, **options)[1]
+            verify = paged(requests, [(1, 300, 299), (0, t + 1, t - 2)], workspace, device=device,
+                           page_size=page_size, **options)[1]
             assert_same(verify, (whole[0][t - 2:t + 1], whole[1][t - 2:t + 1]))
 
 

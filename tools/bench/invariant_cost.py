@@ -22,7 +22,7 @@ import splitkv  # noqa: E402
 from tools.bench.timing import time_calls  # noqa: E402
 
 _DECODE = [(1, 32768), (8, 4096), (16, 8192), (64, 4096)]
-_PREFILL = [(1, 4096), (4, 4096)]
+_PREFILL = [(1, 4096), (4, 4096), (8, 2048), (1, 16384)]
 _CPU_DECODE = [(1, 8192), (8, 2048)]
 _CPU_PREFILL = [(1, 2048)]
 

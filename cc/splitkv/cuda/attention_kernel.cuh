@@ -250,6 +250,7 @@ __device__ __forceinline__ bool TileQueriesOf(const AttentionKernelParams& p, Ti
 // in any tile, batch or launch.
 struct SplitKeys {
   int begin, end, num_blocks;
+  int tile_lo;  // the tile's first visible key (kv_len when it sees none)
 };
 
 __device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p, const TileQueries& t, int kv_len,
@@ -270,6 +271,7 @@ __device__ __forceinline__ SplitKeys SplitKeysOf(const AttentionKernelParams& p,
   keys.begin = static_cast<int>(range.begin);
   keys.end = static_cast<int>(range.end);
   keys.num_blocks = keys.end > keys.begin ? (keys.end - keys.begin + block_keys - 1) / block_keys : 0;
+  keys.tile_lo = tile_lo;
   return keys;
 }
 

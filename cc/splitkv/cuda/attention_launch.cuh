@@ -72,6 +72,13 @@ using BulkDecodeSplitShapeFor = BulkDecodeShapeOf<kHeadDim, kPageTma, BulkDecode
 static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == 2 &&
               BulkDecodeShapeFor<256, true>::kSmemBytes <= 110 * 1024);
 
+// Batch-invariant decode tiles whose rows reduce in the wgmma prefill's order
+// (decode_kernel.cuh kWgmmaOrder): 128-key blocks through a ring of three K-or-V parts, by
+// tensor copies (kPageTma) or one row copy a thread (pages under 8 slots, ragged K/V).
+template <int kHeadDim, bool kPageTma>
+using WgmmaOrderDecodeShape = BulkDecodeShape<kHeadDim, 128, 3, kPageTma, true, false, false, true>;
+static_assert(WgmmaOrderDecodeShape<128, true>::kMinBlocks == 2 && WgmmaOrderDecodeShape<128, false>::kMinBlocks == 2);
+
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape, template <typename> class KvSourceT = PagedKvSource>
 using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
@@ -144,6 +151,16 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
   }
   if (kind == TileKind::kDecode) {
     if (params.kv_vec && DeviceRunsSm90a(op)) {
+      if constexpr (kHeadDim <= 128) {
+        if (params.invariant_split_keys > 0) {  // backend_cuda.cu WgmmaOrderFamily
+          if (maps.box_rows > 0) {
+            return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, true>>::Launch(params, kv, num_tiles, stream,
+                                                                                      op, maps);
+          }
+          return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, false>>::Launch(params, kv, num_tiles, stream,
+                                                                                     op, maps);
+        }
+      }
       if constexpr (kHeadDim % 64 == 0) {
         if (maps.box_rows > 0) {
           return LaunchBulkDecode<T, kHeadDim, true>(params, kv, maps, num_tiles, split_workers, stream, op);
@@ -176,6 +193,12 @@ void LaunchRaggedTyped(TileKind kind, const AttentionKernelParams& params, const
                        int64_t split_workers, cudaStream_t stream, const char* op) {
   if (kind == TileKind::kDecode) {
     if (params.kv_vec && DeviceRunsSm90a(op)) {
+      if constexpr (kHeadDim <= 128) {
+        if (params.invariant_split_keys > 0) {  // backend_cuda.cu WgmmaOrderFamily
+          return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, false>, RaggedKvSource>::Launch(
+              params, kv, num_tiles, stream, op, PagedKvMaps{});
+        }
+      }
       return LaunchBulkDecode<T, kHeadDim, false, RaggedKvSource>(params, kv, PagedKvMaps{}, num_tiles, split_workers,
                                                                   stream, op);
     }

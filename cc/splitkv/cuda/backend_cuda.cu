@@ -159,6 +159,23 @@ TileChoice TileFor(bool batch_invariant, int64_t group_size, int64_t max_q_len, 
                          : ChooseTile(group_size, max_q_len);
 }
 
+// Batch-invariant calls whose rows reduce in the wgmma prefill's order (tile_config.h
+// InvariantTile): decode tiles on sm_90 over 16-bit, 16-byte-aligned K/V at head_dim 64 or
+// 128. Their decode tiles run the decode kernel's wgmma-order path, and their prefill-sized
+// calls the wgmma kernel when it serves them (the same bits either way).
+bool WgmmaOrderFamily(const TileChoice& tile, int64_t head_dim, bool kv_fp8, bool kv_vec, const char* op) {
+  return tile.kind == TileKind::kDecode && head_dim <= 128 && !kv_fp8 && kv_vec && DeviceRunsSm90a(op);
+}
+
+// Whether a call tries the wgmma kernel: every prefill tile by default; batch-invariant
+// calls of the wgmma-order family whose rows outnumber a decode tile's.
+bool TriesWgmma(bool invariant, const TileChoice& tile, int64_t group, int64_t max_q_len, int64_t head_dim,
+                bool kv_fp8, bool kv_vec, const char* op) {
+  if (!invariant) return tile.kind == TileKind::kPrefill;
+  return group * std::max<int64_t>(max_q_len, 1) > kDecodeRows &&
+         WgmmaOrderFamily(tile, head_dim, kv_fp8, kv_vec, op);
+}
+
 }  // namespace
 
 bool Available() { return true; }
@@ -231,8 +248,10 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   }
   auto stream = static_cast<cudaStream_t>(p.stream);
   // Hopper prefill tiles: the wgmma + TMA kernel over the cache's page maps where it serves
-  // the call (prefill_sm90.h says which), else mma.sync. Batch-invariant mode never runs it.
-  if (!invariant && tile.kind == TileKind::kPrefill && LaunchPagedPrefillSm90(p, plan, k, kv, stream, kPagedOp)) {
+  // the call (prefill_sm90.h says which), else mma.sync; batch-invariant calls as TriesWgmma
+  // says (the plan's decode tiles run where the kernel declines).
+  if (TriesWgmma(invariant, tile, group, p.max_q_len, p.head_dim, p.kv_storage.fp8_e4m3, k.kv_vec, kPagedOp) &&
+      LaunchPagedPrefillSm90(p, plan, k, kv, stream, kPagedOp)) {
     return;
   }
   // The plan was sized by Traits() for this tile kind and head_dim: its workers are the split
@@ -273,9 +292,13 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   k.kv_vec = Aligned16(p.k) && Aligned16(p.v) &&
              AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
   auto stream = static_cast<cudaStream_t>(p.stream);
-  // Hopper: the wgmma + TMA kernel (prefill_sm90.h) when it serves the call, else mma.sync.
-  // Batch-invariant mode never runs it (InvariantTile): wgmma sums in another order.
-  if (!invariant && LaunchRaggedPrefillSm90(p, plan, k, stream, kRaggedOp)) return;
+  // Hopper: the wgmma + TMA kernel (prefill_sm90.h) when it serves the call, else mma.sync;
+  // batch-invariant calls as TriesWgmma says (the plan's decode tiles run where it declines).
+  if ((!invariant || TriesWgmma(invariant, tile, group, max_q, p.head_dim, p.kv_storage.fp8_e4m3, k.kv_vec,
+                                kRaggedOp)) &&
+      LaunchRaggedPrefillSm90(p, plan, k, stream, kRaggedOp)) {
+    return;
+  }
   const int64_t workers = plan.num_workers;
   switch (p.head_dim) {
     case 64: return LaunchRagged<64>(p.dtype, tile.kind, k, kv, plan.num_tiles, workers, stream, kRaggedOp);

@@ -39,6 +39,10 @@
 //    fragment's bytes are adjacent (Fp8Frags below). An earlier version converted each
 //    warp's rows into a float16 buffer and read that with ldmatrix: the stores, reloads and
 //    the warp's waits on them kept fp8 decode at 0.90-1.09x the bf16 call's time.
+//  - batch-invariant calls at head_dim 64/128 over 16-bit K/V (kWgmmaOrder) reduce every row
+//    in the wgmma prefill kernel's order instead: one S chain over the whole 128-key block a
+//    warp, the prefill's softmax, a quarter of head_dim a warp in P V, so a token gets the
+//    same bits from a decode as from a prefill (see that path's comment).
 // Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
 // runs AttentionKernel.
 #ifndef SPLITKV_CUDA_DECODE_KERNEL_CUH_
@@ -64,7 +68,7 @@ namespace splitkv::cuda {
 // kKeyRows (fp8 only, tiles of at most 8 rows): the mma's 16-row operand is K (S^T = K Q^T)
 // and V^T (O^T = V^T P^T), the query rows its 8 columns; see the kernel's comment.
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_, bool kKvRing_ = false, bool kFp8_ = false,
-          bool kKeyRows_ = false>
+          bool kKeyRows_ = false, bool kWgmmaOrder_ = false>
 struct BulkDecodeShape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -76,6 +80,14 @@ struct BulkDecodeShape {
   static constexpr bool kKeyRows = kKeyRows_;
   static_assert(!kKeyRows || kFp8, "keys as rows: the fp8 fragments' layout");
   static constexpr int kKeyRowsMaxRows = 8;  // the mma's n: a keys-as-rows tile's query rows
+  // kWgmmaOrder (16-bit K/V, tensor copies through the ring, 128-key blocks at head_dim <= 128):
+  // every row reduces in the wgmma prefill kernel's order (prefill_sm90.cuh), so a token's
+  // bits are the same from either kernel (see the kernel's comment).
+  static constexpr bool kWgmmaOrder = kWgmmaOrder_;
+  static_assert(!kWgmmaOrder || (!kFp8 && kKvRing && kBlockN == 128 && kHeadDim <= 128),
+                "wgmma order: 16-bit K/V through the ring in the wgmma kernel's 128-key blocks");
+  // Its ring also runs on row copies (pages under 8 slots, ragged K/V): one key row a thread.
+  static_assert(!kWgmmaOrder || kPageTma || kBlockN == kThreads, "row copies: one row a thread a part");
   static constexpr int kSlots = kKvRing ? kStages : 2 * kStages;  // K-or-V block buffers
   // 16-bit words of a staged K or V row (an fp8 row of head_dim bytes is head_dim / 2).
   static constexpr int kStageCols = kFp8 ? kHeadDim / 2 : kHeadDim;
@@ -85,7 +97,8 @@ struct BulkDecodeShape {
   static constexpr int kRowBytes = kHalfCols * 2;  // of one staged row part
   static_assert(!kPageTma || kStageCols % 64 == 0 || (kFp8 && kStageCols == 32),
                 "tensor copies move 64-column halves (fp8 head_dim 64: one 32-column row)");
-  static_assert(!kKvRing || (kPageTma && kStages >= 3), "the ring streams tensor copies, K and V in flight");
+  static_assert(!kKvRing || ((kPageTma || kWgmmaOrder_) && kStages >= 3),
+                "the ring streams K and V in flight (tensor copies; row copies in wgmma order)");
   static constexpr int kHalves = kStageCols / kHalfCols;
   static constexpr int kWarpsN = kThreads / 32;  // every warp takes a slice of each block
   static constexpr int kRows = kDecodeRows;
@@ -93,8 +106,8 @@ struct BulkDecodeShape {
   static_assert(kKeysPerWarp % 16 == 0, "a warp's keys must be whole k-steps of 16");
   // One thread issues at most one copy per block: row copies, or tensor copies of boxes of at
   // least kMinBoxRows (8) slots.
-  static_assert(kPageTma ? kBlockN / 8 * 2 * kHalves <= kThreads : 2 * kBlockN <= kThreads,
-                "one thread issues at most one copy per block");
+  static_assert(kPageTma ? kBlockN / 8 * 2 * kHalves <= kThreads : (kKvRing ? kBlockN : 2 * kBlockN) <= kThreads,
+                "one thread issues at most one copy per block (per part in the ring)");
   static constexpr int kRowElems = kHeadDim + 8;  // the pad moves each row by one bank group
   // K/V rows: padded (row copies), or [half][row][kHalfCols] swizzled (tensor copies).
   static constexpr int kKvRowElems = kPageTma ? kStageCols : kRowElems;
@@ -369,9 +382,30 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       TensorCopy4dToShared(dst, map, bar, copy_half * S::kHalfCols, kv_head, slot, page, kv_policy);
     }
   };
-  // Ring: part p of the stream into buffer p % kStages, if its block exists.
+  // Ring: part p of the stream into buffer p % kStages, if its block exists. Row copies (the
+  // wgmma-order shape only): thread t copies key row t of the block's K or V; rows at or past
+  // key_end are zeros, as in load_kv.
   auto load_part = [&](int part) {
-    if (part / 2 < num_blocks) copy_tiles(part / 2, 1 + (part & 1), part % S::kStages, &stage_full[part % S::kStages]);
+    if (part / 2 >= num_blocks) return;
+    const int buf = part % S::kStages;
+    if constexpr (S::kPageTma) {
+      copy_tiles(part / 2, 1 + (part & 1), buf, &stage_full[buf]);
+    } else if constexpr (S::kKvRing) {
+      const int j0 = loop_begin + part / 2 * S::kBlockN;
+      const int valid = min(S::kBlockN, key_end - j0);
+      if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[buf], valid * D * sizeof(T));
+      T* const dst = s_kv + buf * S::kKvElems + threadIdx.x * RS;
+      if (static_cast<int>(threadIdx.x) < valid) {
+        const T* key;
+        const T* value;
+        kv.RowsInPage(kv.PageOf(j0 + threadIdx.x), j0 + threadIdx.x, key, value);
+        BulkCopyToShared(dst, (part & 1) ? value : key, D * sizeof(T), &stage_full[buf]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) ZeroChunk(dst + c * 8);
+        FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
+      }
+    }
   };
   auto load_kv = [&](int block, int stage) {
     if constexpr (S::kPageTma) {
@@ -516,6 +550,186 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     for (int i = 0; i < 2; ++i) row_scale[i] = sm_scale * k_scale / s_q_scale[lane_row(i)];
   }
 
+  if constexpr (S::kWgmmaOrder) {
+    // ---- every row in the wgmma prefill kernel's order (batch-invariant calls) ----
+    // tools/gpu/mma_bits_probe.cu showed an mma.sync k-step chain and a wgmma one giving the
+    // same fp32 bits element by element on the H200. So this path repeats, per row, exactly
+    // the float work of prefill_sm90.cuh's consumers: each warp computes S for the whole
+    // 128-key block in one chain of k-steps (the accumulator layout of thread (g, t) is then
+    // that of a wgmma thread: columns 8 c + 2 t, + 1 of rows g, g + 8), runs the prefill's
+    // softmax on it (the max over raw logits, exp2 of one FMA, four sum chains, the same
+    // rescale), and takes a quarter of head_dim in P V, 8 k-steps in key order onto its
+    // columns. Every warp holds the same row max and sum; none is merged across warps.
+    constexpr int kSRegs = S::kBlockN / 2;           // 64: S of 16 rows x 128 keys a lane
+    constexpr int kPSteps = S::kBlockN / 16;         // 8 k-steps of P V
+    constexpr int kWarpDTiles = S::kDTiles / S::kWarpsN;  // this warp's d-tiles
+    static_assert(kWarpDTiles % 2 == 0, "ldmatrix.trans loads d-tiles in pairs");
+    const int dt0 = warp * kWarpDTiles;
+    const float cap_scale = cap > 0.0f ? sm_scale / cap : 0.0f;
+    const float cap_log2 = cap * kLog2e;
+    const float scale_log2 = sm_scale * kLog2e;
+    const float exp_scale = cap > 0.0f || scale_log2 <= 0.0f ? 1.0f : scale_log2;
+    float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units
+    float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
+    float acc[kWarpDTiles][4];
+#pragma unroll
+    for (int d = 0; d < kWarpDTiles; ++d) acc[d][0] = acc[d][1] = acc[d][2] = acc[d][3] = 0.0f;
+    const int k_row = (lane & 7) + (lane >> 4) * 8, k_bit = (lane >> 3) & 1;
+    const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_bit = lane >> 4;
+    const int row7 = lane & 7;
+    const int zero_below = max(key_begin, split_keys.tile_lo);
+    for (int block = 0; block < num_blocks; ++block) {
+      const int j0 = loop_begin + block * S::kBlockN;
+      const int part_k = 2 * block, part_v = 2 * block + 1;
+      const T* const s_k = s_kv + (part_k % S::kStages) * S::kKvElems;
+      T* const s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
+      MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
+      float s[kSRegs];
+#pragma unroll
+      for (int e = 0; e < kSRegs; ++e) s[e] = 0.0f;
+      // One chain a column tile, k-steps in order (the wgmma kernel's issue_s).
+#pragma unroll
+      for (int ks = 0; ks < S::kKSteps; ++ks) {
+#pragma unroll
+        for (int np = 0; np < S::kBlockN / 16; ++np) {
+          uint32_t b[4];
+          LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
+          Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np), q_frag[ks], b[0], b[1]);
+          Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np + 4), q_frag[ks], b[2], b[3]);
+        }
+      }
+      __syncthreads();  // every warp has read K: its buffer takes the stream's next part
+      load_part(part_k + S::kStages);
+
+      // The prefill's softmax (prefill_sm90.cuh `softmax`), operation for operation.
+      float alpha[2];
+      if (cap > 0.0f) {
+#pragma unroll
+        for (int e = 0; e < kSRegs; ++e) s[e] = cap_log2 * tanhf(s[e] * cap_scale);
+      } else if (scale_log2 <= 0.0f) {
+#pragma unroll
+        for (int e = 0; e < kSRegs; ++e) s[e] *= scale_log2;
+      }
+      bool partial = false;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + S::kBlockN <= row_hi[i]);
+      if (__any_sync(0xffffffffu, partial)) {
+#pragma unroll
+        for (int c = 0; c < kSRegs / 4; ++c) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
+            const int i = e >> 1;
+            if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
+          }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        constexpr int kPairs = kSRegs / 4;
+        static_assert(kPairs == 16, "the max tree below");
+        float t[kPairs];
+#pragma unroll
+        for (int c = 0; c < kPairs; ++c) t[c] = fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) t[c] = fmaxf(t[c], t[c + 8]);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) t[c] = fmaxf(t[c], t[c + 4]);
+        float m = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        m = fmaxf(row_max[i], m * exp_scale);
+        const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;
+        alpha[i] = FastExp2(row_max[i] - m_ref);
+        row_max[i] = m;
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int c = 0; c < kPairs; ++c) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = FastExp2(fmaf(s[4 * c + 2 * i + e], exp_scale, -m_ref));
+            s[4 * c + 2 * i + e] = pr;
+            sum[(2 * c + e) % 4] += pr;
+          }
+        }
+        row_sum[i] = row_sum[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+      }
+      uint32_t a[kPSteps][4];
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        a[kk][0] = PackPair<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        a[kk][1] = PackPair<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        a[kk][2] = PackPair<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        a[kk][3] = PackPair<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      // The output so far times alpha plus +0, then P V onto it (the prefill's operations; its
+      // first block skips the product, whose accumulator is +0 and stays +0 here).
+#pragma unroll
+      for (int d = 0; d < kWarpDTiles; ++d) {
+        acc[d][0] = fmaf(acc[d][0], alpha[0], 0.0f), acc[d][1] = fmaf(acc[d][1], alpha[0], 0.0f);
+        acc[d][2] = fmaf(acc[d][2], alpha[1], 0.0f), acc[d][3] = fmaf(acc[d][3], alpha[1], 0.0f);
+      }
+      MbarrierWait(&stage_full[part_v % S::kStages], (part_v / S::kStages) & 1);
+      // V rows that no row of the tile sees become zeros: tensor copies fetch whole boxes (a
+      // page's tail, anything), and the split starts on a block boundary below the tile's
+      // first key (pages there may hold anything, as in the wgmma kernel's contract). Each
+      // warp zeroes a quarter of the block's rows for every warp to read (CTA-uniform).
+      if (j0 < zero_below || j0 + S::kBlockN > key_end) {
+        constexpr int kChunks = S::kStageCols / 8;
+        const int r0 = warp * S::kKeysPerWarp;
+        for (int i = lane; i < S::kKeysPerWarp * kChunks; i += 32) {
+          const int r = r0 + i / kChunks, c = i % kChunks;
+          if (j0 + r < zero_below || j0 + r >= key_end) ZeroChunk(s_v + KvOffset<S>(r, c, r & 7));
+        }
+        FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
+        __syncthreads();
+      }
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+#pragma unroll
+        for (int dp = 0; dp < kWarpDTiles / 2; ++dp) {
+          uint32_t b[4];
+          LdMatrixX4Trans(b, s_v + KvOffset<S>(v_row + kk * 16, (dt0 / 2 + dp) * 2 + v_bit, row7));
+          Mma16816<T>(acc[2 * dp], a[kk], b[0], b[1]);
+          Mma16816<T>(acc[2 * dp + 1], a[kk], b[2], b[3]);
+        }
+      }
+      __syncthreads();  // the part is overwritten by the next load
+      load_part(part_v + S::kStages);
+    }
+    const uint32_t ticket = p.num_splits > 1 ? CountSplitIn(p, request, kv_head, q_tile) : 0u;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
+    }
+    if (num_blocks == 0) __syncthreads();  // Q's fragment reads end before s_o reuses it
+    // Rows as [kRows][kOStride] floats: each warp its columns, warp 0 the natural-log max and
+    // the sum (WriteRowResult's units, as the prefill's epilogue converts them).
+    float* const s_o = reinterpret_cast<float*>(smem);
+    float* const s_ml = s_o + S::kRows * S::kOStride;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = lane / 4 + 8 * i;
+#pragma unroll
+      for (int d = 0; d < kWarpDTiles; ++d) {
+        *reinterpret_cast<float2*>(s_o + r * S::kOStride + (dt0 + d) * 8 + (lane & 3) * 2) =
+            make_float2(acc[d][2 * i], acc[d][2 * i + 1]);
+      }
+      if (warp == 0 && (lane & 3) == 0) s_ml[2 * r] = row_max[i] * kLn2, s_ml[2 * r + 1] = row_sum[i];
+    }
+    __syncthreads();
+    constexpr int kElems = D / 32;
+    for (int r = warp; r < tile_rows; r += kThreads / 32) {
+      float o[kElems];
+      LoadFloats<kElems, false>(o, s_o + r * S::kOStride + lane * kElems);
+      WriteRowResult<T, D>(p, TileRowTarget(p, token_begin, kv_head, r), split_idx, o, s_ml[2 * r], s_ml[2 * r + 1]);
+    }
+    if (p.num_splits > 1) {
+      ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket, reinterpret_cast<float*>(smem),
+                           static_cast<int32_t>(S::kSmemBytes - S::kAlign));
+    }
+  } else {
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};
   float row_sum[2] = {0.0f, 0.0f};
   float acc[S::kAccTiles][4];
@@ -816,6 +1030,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     ArriveAndMerge<T, D>(p, request, kv_head, q_tile, token_begin, tile_rows, ticket, reinterpret_cast<float*>(smem),
                          static_cast<int32_t>(S::kSmemBytes - S::kAlign));
   }
+  }  // kWgmmaOrder
 }
 
 }  // namespace splitkv::cuda

@@ -31,11 +31,11 @@ bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t head_dim
   return EncodeTensorMap(map, dtype, base, 3, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-template <typename T, int kHeadDim, bool kPaged>
+template <typename T, int kHeadDim, bool kPaged, bool kInvariant>
 void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, const PrefillSm90Params& params,
             int64_t num_ctas, cudaStream_t stream, const char* op) {
   using S = PrefillSm90Shape<kHeadDim>;
-  constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim, kPaged>;
+  constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim, kPaged, kInvariant>;
   static std::atomic<uint64_t> done_devices{0};
   int device = 0;
   CheckCuda(cudaGetDevice(&device), op);
@@ -51,19 +51,26 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
   CheckCuda(cudaGetLastError(), op);
 }
 
+template <int kHeadDim, bool kPaged, bool kInvariant>
+void LaunchTyped(DType dtype, const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v,
+                 const PrefillSm90Params& params, int64_t num_ctas, cudaStream_t stream, const char* op) {
+  dtype == DType::kBFloat16 ? Launch<__nv_bfloat16, kHeadDim, kPaged, kInvariant>(q, k, v, params, num_ctas, stream, op)
+                            : Launch<__half, kHeadDim, kPaged, kInvariant>(q, k, v, params, num_ctas, stream, op);
+}
+
+// Batch-invariant calls (head_dim 64 or 128 only: Serves) run their own instances.
 template <bool kPaged>
 void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v,
                const PrefillSm90Params& params, int64_t num_ctas, cudaStream_t stream, const char* op) {
-  const bool bf16 = dtype == DType::kBFloat16;
+  const bool invariant = params.p.invariant_split_keys > 0;
   if (head_dim == 64) {
-    bf16 ? Launch<__nv_bfloat16, 64, kPaged>(q, k, v, params, num_ctas, stream, op)
-         : Launch<__half, 64, kPaged>(q, k, v, params, num_ctas, stream, op);
+    invariant ? LaunchTyped<64, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op)
+              : LaunchTyped<64, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
   } else if (head_dim == 256) {
-    bf16 ? Launch<__nv_bfloat16, 256, kPaged>(q, k, v, params, num_ctas, stream, op)
-         : Launch<__half, 256, kPaged>(q, k, v, params, num_ctas, stream, op);
+    LaunchTyped<256, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
   } else {
-    bf16 ? Launch<__nv_bfloat16, 128, kPaged>(q, k, v, params, num_ctas, stream, op)
-         : Launch<__half, 128, kPaged>(q, k, v, params, num_ctas, stream, op);
+    invariant ? LaunchTyped<128, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op)
+              : LaunchTyped<128, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
   }
 }
 
@@ -74,7 +81,16 @@ void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtens
 template <typename Params>
 bool Serves(const Params& p, const SplitPlan& plan, const AttentionKernelParams& k, const char* op,
             PrefillSm90Params& params, int64_t& num_ctas) {
-  if ((p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) || plan.num_splits != 1) return false;
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256) return false;
+  // Splits: batch-invariant ones only (head_dim 64 or 128), which the kernel runs in one CTA
+  // a tile and merges itself (128-key blocks: every split a whole number of blocks).
+  if (plan.invariant_split_keys > 0) {
+    if (p.head_dim > 128 || plan.invariant_split_keys % PrefillSm90BlockKeys(static_cast<int>(p.head_dim)) != 0) {
+      return false;
+    }
+  } else if (plan.num_splits != 1) {
+    return false;
+  }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
   if (p.kv_storage.fp8_e4m3) return false;  // fp8 runs the mma.sync kernel
   const int64_t group = p.num_qo_heads / p.num_kv_heads;

@@ -1,5 +1,9 @@
 // Prefill on Hopper (sm_90a): wgmma + TMA, one split (num_splits == 1), head_dim 64, 128 or
-// 256, K/V ragged (packed rows) or in a paged cache (kPaged).
+// 256, K/V ragged (packed rows) or in a paged cache (kPaged). Batch-invariant calls
+// (kInvariant, head_dim 64/128) start blocks on absolute multiples of 128 keys and run all
+// of a tile's invariant splits in its one CTA, merging them as the split CTAs of a decode
+// would (see the consumers' comment), so their rows match the decode kernel's wgmma-order
+// path bit for bit.
 //
 // A CTA is three warpgroups. Warpgroup 0 is the producer: one thread loads the query tile
 // once and streams 128-key K and V blocks (64-key at head_dim 256, whose output accumulator
@@ -105,7 +109,10 @@ struct PrefillSm90Params {
 };
 
 
-template <typename T, int kHeadDim, bool kPaged>
+// kInvariant: a batch-invariant call (p.invariant_split_keys > 0), its own instance so the
+// default one carries none of its split handling (which cost the default prefill 1-2 % on
+// the H200 when compiled into it).
+template <typename T, int kHeadDim, bool kPaged, bool kInvariant>
 __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     PrefillSm90Kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, const PrefillSm90Params params) {
@@ -149,8 +156,14 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       key_end = max(lo0, hi1);
     }
   }
-  // Blocks start at block_base: the tile's first key, or (paged) the box boundary below it.
-  const int block_base = kPaged ? key_begin & ~(params.box_rows - 1) : key_begin;
+  // Blocks start at block_base: the tile's first key, or (paged) the box boundary below it;
+  // batch-invariant calls, the multiple of kBlockN below it, so every row meets its blocks at
+  // the same absolute keys as in a decode (split_plan.h InvariantSplitKeyRange).
+  static_assert(!kInvariant || kHeadDim <= 128, "batch-invariant calls: head_dim 64 or 128 (128-key blocks)");
+  const int split_keys = kInvariant ? p.invariant_split_keys : 0;  // > 0: batch-invariant mode
+  const int block_base = split_keys > 0 ? key_begin & ~(S::kBlockN - 1)
+                         : kPaged       ? key_begin & ~(params.box_rows - 1)
+                                        : key_begin;
   const int num_blocks = key_end > key_begin ? (key_end - block_base + S::kBlockN - 1) / S::kBlockN : 0;
 
   extern __shared__ unsigned char smem_raw[];
@@ -168,9 +181,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const int tail_keep = key_end - block_base - (num_blocks - 1) * S::kBlockN;  // rows kept
   const bool tail = num_blocks > 0 && tail_keep < S::kBlockN;
   // And of the first block (paged only): [block_base, key_begin), keys that no row of the
-  // tile sees, whose V rows may hold anything as in the mma.sync kernel's contract.
+  // tile sees, whose V rows may hold anything as in the mma.sync kernel's contract. Ragged
+  // rows there (batch-invariant calls only) are the request's own keys, masked like the rest.
   const int head_skip = key_begin - block_base;
-  const bool head = num_blocks > 0 && head_skip > 0;
+  const bool head = kPaged && num_blocks > 0 && head_skip > 0;
   // Zeroes V rows [row_begin, row_end) of `stage` once the block in it has landed (its v_full
   // phase `parity`), then arrives on `done` (32 arrivals: the producer warp). Whole 128-byte
   // rows: the swizzle permutes 16-byte chunks inside a row only.
@@ -266,7 +280,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       for (int b = 0; b < num_blocks; ++b) {
         const int stage = b % S::kStages;
         const uint32_t reuse = b / S::kStages;  // how often this stage was filled before
-        const int key_row = kv_begin + key_begin + b * S::kBlockN;
+        const int key_row = kv_begin + block_base + b * S::kBlockN;
         // K, then V: wait until the consumers released the stage, then refill it.
         auto fill = [&](const CUtensorMap* map, uint64_t* full, uint64_t* empty, uint32_t offset) {
           if (reuse > 0) MbarrierWait(empty + stage, (reuse - 1) & 1);
@@ -322,6 +336,54 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   for (int e = 0; e < S::kOutRegs; ++e) o_acc[e] = 0.0f;
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units
   float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
+
+  // Batch-invariant calls whose tile spans more than one split (absolute multiples of
+  // split_keys keys, split_plan.h): each split's rows are reduced from scratch, written as
+  // the partial a decode CTA of that split writes (split_merge.cuh WriteRowResult), and
+  // merged after the last one by split_merge.cuh's arithmetic in split order. Together with
+  // the decode kernel's wgmma-order path (decode_kernel.cuh), which reduces a row the same
+  // way with mma.sync, a token gets the same bits from a prefill and from a decode
+  // (tools/gpu/mma_bits_probe.cu: the two instructions round alike).
+  const int first_split = kInvariant ? block_base / split_keys : 0;
+  const int last_split = kInvariant && num_blocks > 0 ? (block_base + (num_blocks - 1) * S::kBlockN) / split_keys
+                                                      : first_split;
+  const bool multi_split = kInvariant && last_split > first_split;
+  auto starts_split = [&](int b) { return multi_split && (block_base + b * S::kBlockN) % split_keys == 0; };
+  const int group_rows = consumer * 64 + warp * 16 + lane / 4;  // row of i = 0 (i = 1: + 8)
+  auto row_token_head = [&](int i, int& token, int& head) {
+    const int r = group_rows + 8 * i;
+    const int t = r / group;
+    token = q_begin + first + t;
+    head = kv_head * group + (r - t * group);
+  };
+  // Split `split`'s partial rows from o_acc and the split's row max (log2) and sum share.
+  auto write_partial = [&](int split, const float (&m_log2)[2], const float (&sum_share)[2]) {
+    float l[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] = sum_share[i] + __shfl_xor_sync(0xffffffffu, sum_share[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (!row_valid[i]) continue;
+      int token, head;
+      row_token_head(i, token, head);
+      const int64_t index = PartialIndex(p.layout_shape, p.num_splits, split, token, head);
+      const bool seen = l[i] > 0.0f;
+      const float inv = seen ? 1.0f / l[i] : 0.0f;
+      float* dst = p.partials + index * S::kHeadDim + (lane & 3) * 2;
+#pragma unroll
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
+        *reinterpret_cast<float2*>(dst + c * 8) = seen ? make_float2(o_acc[4 * c + 2 * i] * inv, o_acc[4 * c + 2 * i + 1] * inv)
+                                                       : make_float2(0.0f, 0.0f);
+      }
+      if ((lane & 3) == 0) {
+        *reinterpret_cast<float2*>(p.stats + 2 * index) =
+            make_float2(seen ? m_log2[i] * kLn2 : SPLITKV_NEG_INF, l[i]);
+      }
+    }
+  };
 
   // Operand descriptors of Q, of stage 0's K and V; a stage and a k-step advance them.
   const uint64_t q_desc = Desc128B(SharedAddress(smem + S::kQOffset) + consumer * 64 * 128, 16, 1024);
@@ -499,16 +561,40 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     WgmmaWait<1>();  // S of block b + 1 (groups complete in order)
     FenceRegs(s);
     release(k_empty + next_stage);
+    // Block b + 1 opens a split (batch-invariant; CTA-uniform): its softmax starts from
+    // scratch, and once P V of block b lands the finished split's partial is written.
+    const bool opens = kInvariant && starts_split(b + 1);
+    float done_max[2], done_sum[2];
+    if (opens) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        done_max[i] = row_max[i], done_sum[i] = row_sum[i];
+        row_max[i] = SPLITKV_NEG_INF, row_sum[i] = 0.0f;
+      }
+    }
     softmax(s, b + 1, alpha);
     WgmmaWait<0>();
     FenceRegs(o_acc);
     FenceRegs(a);
     release(v_empty + stage);
     pack(s, a);
+    if constexpr (kInvariant) {
+      if (opens) write_partial((block_base + b * S::kBlockN) / split_keys, done_max, done_sum);
+      // The output so far times alpha (0 where a split opens: its softmax started afresh),
+      // plus +0 so that a zeroed accumulator is +0 whatever the sign of what it held: the
+      // decode kernel's wgmma-order path starts a split from +0 with the same operation.
 #pragma unroll
-    for (int c = 0; c < S::kOutRegs / 4; ++c) {
-      o_acc[4 * c] *= alpha[0], o_acc[4 * c + 1] *= alpha[0];
-      o_acc[4 * c + 2] *= alpha[1], o_acc[4 * c + 3] *= alpha[1];
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
+        o_acc[4 * c] = fmaf(o_acc[4 * c], alpha[0], 0.0f), o_acc[4 * c + 1] = fmaf(o_acc[4 * c + 1], alpha[0], 0.0f);
+        o_acc[4 * c + 2] = fmaf(o_acc[4 * c + 2], alpha[1], 0.0f);
+        o_acc[4 * c + 3] = fmaf(o_acc[4 * c + 3], alpha[1], 0.0f);
+      }
+    } else {
+#pragma unroll
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
+        o_acc[4 * c] *= alpha[0], o_acc[4 * c + 1] *= alpha[0];
+        o_acc[4 * c + 2] *= alpha[1], o_acc[4 * c + 3] *= alpha[1];
+      }
     }
   }
   if (num_blocks > 0) {  // the last block's P V
@@ -525,6 +611,76 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     WgmmaWait<0>();
     FenceRegs(o_acc);
     release(v_empty + stage);
+  }
+
+  if (kInvariant && multi_split) {
+    write_partial(last_split, row_max, row_sum);
+    __syncwarp();  // the stats lane & 3 == 0 wrote reach its quad
+    // The merge of ArriveAndMerge (split_merge.cuh), element by element from this thread's
+    // own partials: the splits' max, weights, the weights' total summed as its lanes do
+    // (lane k: splits k, k + 32, ... in order; then its butterfly), each split's share
+    // added in split order.
+    const auto* stats = reinterpret_cast<const float2*>(p.stats);
+#pragma unroll 1
+    for (int i = 0; i < 2; ++i) {
+      if (!row_valid[i]) continue;
+      int token, head;
+      row_token_head(i, token, head);
+      const int64_t base = PartialIndex(p.layout_shape, p.num_splits, 0, token, head);  // + split
+      float global_max = SPLITKV_NEG_INF;
+      for (int sp = first_split; sp <= last_split; ++sp) {
+        const float2 st = __ldcg(stats + base + sp);
+        if (st.y > 0.0f) global_max = fmaxf(global_max, st.x);
+      }
+      float lane_total[32];
+#pragma unroll
+      for (int k = 0; k < 32; ++k) lane_total[k] = 0.0f;
+      if (global_max != SPLITKV_NEG_INF) {
+        for (int sp = first_split; sp <= last_split; ++sp) lane_total[sp % 32] += SplitWeight(__ldcg(stats + base + sp), global_max);
+      }
+#pragma unroll
+      for (int m = 16; m > 0; m >>= 1) {
+#pragma unroll
+        for (int k = 0; k < m; ++k) lane_total[k] = lane_total[k] + lane_total[k + m];
+      }
+      const float total = lane_total[0];
+      float merged[S::kOutRegs / 2];
+#pragma unroll
+      for (int e = 0; e < S::kOutRegs / 2; ++e) merged[e] = -0.0f;
+      if (global_max != SPLITKV_NEG_INF) {
+        for (int sp = first_split; sp <= last_split; ++sp) {
+          const float share = MergeShare(SplitWeight(__ldcg(stats + base + sp), global_max), total);
+          if (share == 0.0f) continue;  // as the merges skip a split that adds nothing
+          const float* src = p.partials + (base + sp) * S::kHeadDim + (lane & 3) * 2;
+#pragma unroll
+          for (int c = 0; c < S::kOutRegs / 4; ++c) {
+            const float2 part = __ldcg(reinterpret_cast<const float2*>(src + c * 8));
+            merged[2 * c] = MergeAdd(merged[2 * c], share, part.x);
+            merged[2 * c + 1] = MergeAdd(merged[2 * c + 1], share, part.y);
+          }
+        }
+      }
+      // StoreMergedRow's output.
+      const bool seen = total > 0.0f;
+      float lse = seen ? global_max + logf(total) : SPLITKV_NEG_INF;
+      const float keep = SinkKeep(p, head, global_max, total, seen, lse);
+      T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + (lane & 3) * 2;
+#pragma unroll
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
+        const float x0 = seen ? merged[2 * c] * keep : 0.0f;
+        const float x1 = seen ? merged[2 * c + 1] * keep : 0.0f;
+        if (p.out_vec) {
+          *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(x0, x1);
+        } else {
+          dst[c * 8] = FromFloat<T>(x0);
+          dst[c * 8 + 1] = FromFloat<T>(x1);
+        }
+      }
+      if ((lane & 3) == 0 && p.lse != nullptr) {
+        p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] = lse;
+      }
+    }
+    return;
   }
 
   // ---- epilogue: normalise and store this thread's two rows ----

@@ -12,7 +12,8 @@
 namespace splitkv::cuda {
 
 // Enqueues the call on the sm_90a wgmma kernel and returns true when that kernel serves it:
-// a compute capability 9.0 device, float16/bfloat16, head_dim 64, 128 or 256, one split, a group size
+// a compute capability 9.0 device, float16/bfloat16, head_dim 64, 128 or 256, one split (or a
+// batch-invariant plan's splits at head_dim 64/128, merged inside the kernel), a group size
 // dividing 128, q/k/v 16-byte aligned with strides in multiples of 8 elements, and tensor
 // maps the driver accepts. Returns false (nothing enqueued) otherwise, or when the
 // environment variable SPLITKV_DISABLE_SM90 is set to anything but "0" (A/B timing).
@@ -24,8 +25,9 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
 // decode kernel's page maps describe (tensor_map.h PagedKvMapsFor): HND or NHD, pages of 8
 // slots or more (a power of two), 16-byte-aligned pages and strides. Query positions follow
 // kv_offsets / full_seq_lens when set. Not served, and left to the mma.sync kernel: fp8
-// caches, pages under 8 slots, plans of more than one split, and the cases above. `kv` is
-// the mma.sync kernel's view of the cache (its page table and lengths are read).
+// caches, pages under 8 slots, plans of more than one split (batch-invariant ones aside),
+// and the cases above. `kv` is the mma.sync kernel's view of the cache (its page table and
+// lengths are read).
 bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                             const PagedKvParams& kv, cudaStream_t stream, const char* op);
 

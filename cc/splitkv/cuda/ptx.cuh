@@ -234,6 +234,15 @@ __device__ __forceinline__ uint32_t MovMatrixTrans(uint32_t x) {
   return y;
 }
 
+// 2^x on the special-function unit; subnormal results flush to 0 (a probability that small
+// is 0 at 16-bit precision anyway), and 2^-inf is 0. The wgmma prefill's softmax and the
+// decode kernel's wgmma-order path share it (one exponent for both: their bits must agree).
+__device__ __forceinline__ float FastExp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // c += a * b for one 16x8x16 tile; a row-major, b column-major (i.e. [n][k] in memory).
 template <typename T>
 __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);

@@ -252,6 +252,16 @@ __device__ __forceinline__ float MergeShare(float weight, float total) {
   return total > 0.0f ? __fdiv_rn(weight, total) : 0.0f;
 }
 
+// A split's weight from its stats {max, sum_exp} (natural log), against the splits' max.
+// The merges below and the wgmma prefill's in-CTA merge (prefill_sm90.cuh) share it and
+// MergeAdd: batch-invariant rows must get the same bits from either.
+__device__ __forceinline__ float SplitWeight(float2 st, float global_max) {
+  return global_max != SPLITKV_NEG_INF && st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
+}
+
+// One split's part of a merged element: merged + share x part, one rounding.
+__device__ __forceinline__ float MergeAdd(float merged, float share, float part) { return fmaf(share, part, merged); }
+
 // Whether MergeFromShared can merge this tile: at most 32 splits whose partial rows fit in
 // `scratch_bytes` of shared memory.
 template <int kHeadDim>
@@ -290,8 +300,7 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
                           ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
                           : make_float2(SPLITKV_NEG_INF, 0.0f);
     const float global_max = WarpMax(st.y > 0.0f ? st.x : SPLITKV_NEG_INF);
-    const float weight =
-        global_max != SPLITKV_NEG_INF && st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
+    const float weight = SplitWeight(st, global_max);
     const float total = WarpSum(weight);
     const float share = MergeShare(weight, total);
     MbarrierWait(bar, 0);
@@ -314,7 +323,7 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
       for (int u = 0; u < 4; ++u) {
         if (s0 + u >= num_splits || w[u] == 0.0f) continue;
 #pragma unroll
-        for (int e = 0; e < kElems; ++e) merged[e] += w[u] * part[u][e];
+        for (int e = 0; e < kElems; ++e) merged[e] = MergeAdd(merged[e], w[u], part[u][e]);
       }
     }
     StoreMergedRow<T, kElems>(p, at, merged, global_max, total);
@@ -411,7 +420,7 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
     auto weight_of = [&](int split) {
       const float2 st = split == lane ? first
                                       : __ldcg(stats + PartialIndex(p.layout_shape, num_splits, split, at.token, at.head));
-      return st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
+      return SplitWeight(st, global_max);
     };
     float total = 0.0f;
     if (global_max != SPLITKV_NEG_INF) {
@@ -433,7 +442,7 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
             const float w = __shfl_sync(0xffffffffu, share, (k0 + u) & 31);
             if (k0 + u >= count || w == 0.0f) continue;  // an empty split contributes nothing
 #pragma unroll
-            for (int e = 0; e < kElems; ++e) merged[e] += w * part[u][e];
+            for (int e = 0; e < kElems; ++e) merged[e] = MergeAdd(merged[e], w, part[u][e]);
           }
         }
       }

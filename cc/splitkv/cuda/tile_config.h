@@ -32,18 +32,22 @@ constexpr TileChoice ChooseTile(int64_t group_size, int64_t max_q_len) {
   return {TileKind::kPrefill, group_size >= kPrefillRows ? 1 : kPrefillRows / group_size};
 }
 
-// Batch-invariant mode: every call of a device, paged or ragged, decode or prefill, runs one
-// kernel family whose rows' results do not depend on the tile's other rows, split at absolute
+// Batch-invariant mode: every call of a device, paged or ragged, decode or prefill, runs
+// kernels whose rows' results do not depend on the tile's other rows, split at absolute
 // multiples of kInvariantSplitKeys keys with blocks on multiples of the block size, so a row
-// meets the same blocks, splits and reduction order in any tile, batch or launch:
-//  - sm_90, 16-bit K/V, a kv head's group within a decode tile's 16 rows (`decode_kernel`
-//    below): decode tiles (16 / group
-//    tokens) for every call, run by the bulk decode kernel (decode_kernel.cuh; ragged K/V by
-//    row copies, which put the same values in the same fragments as the paged cache's tensor
-//    copies). A decode then runs the default mode's kernel; a prefill pays for 16-row tiles.
-//    Calls whose K/V rows are not 16-byte aligned run the mma.sync decode tiles instead
-//    (other bits: invariance holds among calls of the same alignment, which a batch does not
-//    change);
+// meets the same blocks, splits and reduction order in any tile, batch or launch. The plan
+// cuts decode tiles (`decode_kernel` below); the launch (backend_cuda.cu) then runs:
+//  - sm_90, 16-bit K/V with 16-byte-aligned rows, head_dim 64 or 128 (the wgmma-order
+//    family): calls with more rows than a decode tile on the wgmma prefill kernel, which
+//    merges a tile's splits itself (prefill_sm90.cuh); its decode tiles, and the calls it
+//    declines, on the decode kernel's wgmma-order path (decode_kernel.cuh kWgmmaOrder:
+//    tensor copies, or row copies for pages under 8 slots and ragged K/V), which reduces a
+//    row with mma.sync in the wgmma kernel's order. The two instructions round alike
+//    (tools/gpu/mma_bits_probe.cu), so a token gets the same bits from either kernel;
+//  - other sm_90 16-bit calls with a group within a decode tile (head_dim 256): decode tiles
+//    on the bulk decode kernel for every call (ragged K/V by row copies). K/V rows that are
+//    not 16-byte aligned run the mma.sync decode tiles instead (other bits: invariance holds
+//    among calls of the same alignment, which a batch does not change);
 //  - elsewhere (an fp8 cache included: the decode kernel reads fp8 only by tensor copies,
 //    which ragged K/V lack), and for wider groups: prefill tiles of the mma.sync kernel (the
 //    warp slices of its decode tiles reduce in another order than prefill tiles).

@@ -161,14 +161,6 @@ SPLITKV_WGMMA_RS_ALL(__half, "f16")
 #undef SPLITKV_W
 #undef SPLITKV_RW
 
-// 2^x on the special-function unit; subnormal results flush to 0 (a probability that small
-// is 0 at 16-bit precision anyway), and 2^-inf is 0.
-__device__ __forceinline__ float FastExp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // ---- registers per warpgroup ----
 
 template <int kRegs>
