@@ -7,7 +7,8 @@ ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial las
 V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
-batch-invariant calls (sm_90: every one on the decode kernel, ragged K/V by row copies), and
+batch-invariant calls (sm_90: the wgmma prefill folding its splits, the decode kernel's
+wgmma-order path by tensor and row copies, paged and ragged), and
 paged calls over shards of longer requests (kv_offsets, full_seq_lens) with windows, and
 paged prefill on the sm_90 wgmma kernel by page-box tensor copies (HND and NHD, pages of 8,
 16 and 64 slots, head_dim 64/128/256, a window whose first key is inside a page box,
@@ -129,12 +130,25 @@ def main():
          harness.make_ragged([130, 40], [100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
                              device="cuda"),
          dict(num_splits=1, window_left=64, sinks=torch.linspace(-3, 5, 8, device="cuda"))),
-        ("batch-invariant ragged (sm_90: the decode kernel by row copies), bf16 d128, window, 2 splits",
+        ("batch-invariant ragged (sm_90: the wgmma kernel, splits folded in the CTA), bf16 d128, window, 2 splits",
          harness.make_ragged([300, 40], [1100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
                              device="cuda"), dict(batch_invariant=True, window_left=700)),
-        ("batch-invariant paged chunk + decode (sm_90: the decode kernel by tensor copies), d64",
+        ("batch-invariant paged chunk + decode (sm_90: the paged wgmma kernel), d64, 2 splits",
          harness.make_paged([1100, 300], page_size=16, group=4, head_dim=64, dtype=torch.bfloat16,
                             device="cuda", q_lens=[9, 1]), dict(batch_invariant=True, max_q_len=9)),
+        ("batch-invariant paged decode (sm_90: the decode kernel's wgmma order, tensor copies), d128, "
+         "sinks, 2 splits",
+         harness.make_paged([1100, 300, 1], page_size=16, group=4, head_dim=128, dtype=torch.bfloat16,
+                            device="cuda"),
+         dict(batch_invariant=True, sinks=torch.linspace(-2, 2, 8, device="cuda"))),
+        ("batch-invariant paged verify (sm_90: the decode kernel's wgmma order, row copies), pages of 4, "
+         "f16 d64, 2 splits",
+         harness.make_paged([1100, 300], page_size=4, group=2, head_dim=64, dtype=torch.float16,
+                            device="cuda", q_lens=[3, 2]), dict(batch_invariant=True, max_q_len=3)),
+        ("batch-invariant ragged decode (sm_90: the decode kernel's wgmma order, row copies), d128, "
+         "window, 2 splits",
+         harness.make_ragged([1, 2], [1100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
+                             device="cuda"), dict(batch_invariant=True, window_left=900)),
         ("paged fp8 (e4m3) cache, d256 NHD, sinks, a window (sm_90: the bulk decode kernel), 3 splits",
          _fp8(harness.make_paged([700, 3, 130], page_size=16, group=4, head_dim=256,
                                  dtype=torch.bfloat16, device="cuda", kv_layout="NHD"), 0.5),

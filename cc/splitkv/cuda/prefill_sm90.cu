@@ -36,17 +36,18 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
             int64_t num_ctas, cudaStream_t stream, const char* op) {
   using S = PrefillSm90Shape<kHeadDim>;
   constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim, kPaged, kInvariant>;
+  constexpr size_t kSmemBytes = kInvariant ? S::kInvariantSmemBytes : S::kSmemBytes;
   static std::atomic<uint64_t> done_devices{0};
   int device = 0;
   CheckCuda(cudaGetDevice(&device), op);
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit == 0 || (done_devices.load(std::memory_order_acquire) & bit) == 0) {
     CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(S::kSmemBytes)),
+                                   static_cast<int>(kSmemBytes)),
               op);
     done_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<static_cast<unsigned>(num_ctas), S::kThreads, S::kSmemBytes, stream>>>(
+  kernel<<<static_cast<unsigned>(num_ctas), S::kThreads, kSmemBytes, stream>>>(
       q, k, v, params);
   CheckCuda(cudaGetLastError(), op);
 }

@@ -88,11 +88,17 @@ struct PrefillSm90Shape {
   static constexpr int kNumBarriers = 3 + 4 * kStages;  // + q_full, v_tail, v_head
   // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
   static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
+  // Batch-invariant instances: each consumer thread's merged output rows (SplitFold), after
+  // the barriers: [kOutRegs][256 consumer threads] floats.
+  static constexpr uint32_t kFoldOffset = (kBarrierOffset + kNumBarriers * 8 + 15) / 16 * 16;
+  static constexpr size_t kFoldBytes = size_t{kOutRegs} * 256 * 4;
+  static constexpr size_t kInvariantSmemBytes = kSmemBytes + kFoldBytes;
   static constexpr int kConsumerWarps = 8;
   // The consumers take turns issuing their wgmmas (see the kernel) at head_dim <= 128, where
   // the softmax is a larger share of a block's work; FlashAttention-3 makes the same choice.
   static constexpr bool kPingPong = kHeadDim <= 128;
   static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory on sm_90");
+  static_assert(kHeadDim > 128 || kInvariantSmemBytes <= 227 * 1024, "the batch-invariant fold fits beside");
 };
 
 struct PrefillSm90Params {
@@ -338,26 +344,22 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
 
   // Batch-invariant calls whose tile spans more than one split (absolute multiples of
-  // split_keys keys, split_plan.h): each split's rows are reduced from scratch, written as
-  // the partial a decode CTA of that split writes (split_merge.cuh WriteRowResult), and
-  // merged after the last one by split_merge.cuh's arithmetic in split order. Together with
-  // the decode kernel's wgmma-order path (decode_kernel.cuh), which reduces a row the same
-  // way with mma.sync, a token gets the same bits from a prefill and from a decode
+  // split_keys keys, split_plan.h): each split's rows are reduced from scratch and folded,
+  // as its partial, into the merged rows kept in shared memory (split_merge.cuh SplitFold:
+  // the fold a decode's merging CTA runs over the same partials, in the same split order).
+  // With the decode kernel's wgmma-order path (decode_kernel.cuh), which reduces a row the
+  // same way with mma.sync, a token gets the same bits from a prefill and from a decode
   // (tools/gpu/mma_bits_probe.cu: the two instructions round alike).
   const int first_split = kInvariant ? block_base / split_keys : 0;
   const int last_split = kInvariant && num_blocks > 0 ? (block_base + (num_blocks - 1) * S::kBlockN) / split_keys
                                                       : first_split;
   const bool multi_split = kInvariant && last_split > first_split;
   auto starts_split = [&](int b) { return multi_split && (block_base + b * S::kBlockN) % split_keys == 0; };
-  const int group_rows = consumer * 64 + warp * 16 + lane / 4;  // row of i = 0 (i = 1: + 8)
-  auto row_token_head = [&](int i, int& token, int& head) {
-    const int r = group_rows + 8 * i;
-    const int t = r / group;
-    token = q_begin + first + t;
-    head = kv_head * group + (r - t * group);
-  };
-  // Split `split`'s partial rows from o_acc and the split's row max (log2) and sum share.
-  auto write_partial = [&](int split, const float (&m_log2)[2], const float (&sum_share)[2]) {
+  float* const fold_rows = reinterpret_cast<float*>(smem + S::kFoldOffset) + (threadIdx.x - 128);
+  SplitFold fold[2];
+  // Folds the finished split in o_acc, its row max (log2) and sum share; the partial it
+  // stands for is WriteRowResult's: o / l and {max in natural log, l}.
+  auto fold_split = [&](const float (&m_log2)[2], const float (&sum_share)[2]) {
     float l[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -366,21 +368,17 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (!row_valid[i]) continue;
-      int token, head;
-      row_token_head(i, token, head);
-      const int64_t index = PartialIndex(p.layout_shape, p.num_splits, split, token, head);
-      const bool seen = l[i] > 0.0f;
-      const float inv = seen ? 1.0f / l[i] : 0.0f;
-      float* dst = p.partials + index * S::kHeadDim + (lane & 3) * 2;
+      if (!(l[i] > 0.0f)) continue;  // an empty split: the merges skip it
+      const float inv = 1.0f / l[i];
+      float wa, wb;
+      const bool first = FoldSplit(fold[i], make_float2(m_log2[i] * kLn2, l[i]), wa, wb);
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        *reinterpret_cast<float2*>(dst + c * 8) = seen ? make_float2(o_acc[4 * c + 2 * i] * inv, o_acc[4 * c + 2 * i + 1] * inv)
-                                                       : make_float2(0.0f, 0.0f);
-      }
-      if ((lane & 3) == 0) {
-        *reinterpret_cast<float2*>(p.stats + 2 * index) =
-            make_float2(seen ? m_log2[i] * kLn2 : SPLITKV_NEG_INF, l[i]);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int reg = 4 * c + 2 * i + e;
+          fold_rows[reg * 256] = FoldElement(fold_rows[reg * 256], wa, wb, o_acc[reg] * inv, first);
+        }
       }
     }
   };
@@ -579,7 +577,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     release(v_empty + stage);
     pack(s, a);
     if constexpr (kInvariant) {
-      if (opens) write_partial((block_base + b * S::kBlockN) / split_keys, done_max, done_sum);
+      if (opens) fold_split(done_max, done_sum);
       // The output so far times alpha (0 where a split opens: its softmax started afresh),
       // plus +0 so that a zeroed accumulator is +0 whatever the sign of what it held: the
       // decode kernel's wgmma-order path starts a split from +0 with the same operation.
@@ -614,61 +612,24 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   }
 
   if (kInvariant && multi_split) {
-    write_partial(last_split, row_max, row_sum);
-    __syncwarp();  // the stats lane & 3 == 0 wrote reach its quad
-    // The merge of ArriveAndMerge (split_merge.cuh), element by element from this thread's
-    // own partials: the splits' max, weights, the weights' total summed as its lanes do
-    // (lane k: splits k, k + 32, ... in order; then its butterfly), each split's share
-    // added in split order.
-    const auto* stats = reinterpret_cast<const float2*>(p.stats);
-#pragma unroll 1
+    fold_split(row_max, row_sum);
+    // The merged rows, as StoreMergedRow writes them.
+#pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (!row_valid[i]) continue;
-      int token, head;
-      row_token_head(i, token, head);
-      const int64_t base = PartialIndex(p.layout_shape, p.num_splits, 0, token, head);  // + split
-      float global_max = SPLITKV_NEG_INF;
-      for (int sp = first_split; sp <= last_split; ++sp) {
-        const float2 st = __ldcg(stats + base + sp);
-        if (st.y > 0.0f) global_max = fmaxf(global_max, st.x);
-      }
-      float lane_total[32];
-#pragma unroll
-      for (int k = 0; k < 32; ++k) lane_total[k] = 0.0f;
-      if (global_max != SPLITKV_NEG_INF) {
-        for (int sp = first_split; sp <= last_split; ++sp) lane_total[sp % 32] += SplitWeight(__ldcg(stats + base + sp), global_max);
-      }
-#pragma unroll
-      for (int m = 16; m > 0; m >>= 1) {
-#pragma unroll
-        for (int k = 0; k < m; ++k) lane_total[k] = lane_total[k] + lane_total[k + m];
-      }
-      const float total = lane_total[0];
-      float merged[S::kOutRegs / 2];
-#pragma unroll
-      for (int e = 0; e < S::kOutRegs / 2; ++e) merged[e] = -0.0f;
-      if (global_max != SPLITKV_NEG_INF) {
-        for (int sp = first_split; sp <= last_split; ++sp) {
-          const float share = MergeShare(SplitWeight(__ldcg(stats + base + sp), global_max), total);
-          if (share == 0.0f) continue;  // as the merges skip a split that adds nothing
-          const float* src = p.partials + (base + sp) * S::kHeadDim + (lane & 3) * 2;
-#pragma unroll
-          for (int c = 0; c < S::kOutRegs / 4; ++c) {
-            const float2 part = __ldcg(reinterpret_cast<const float2*>(src + c * 8));
-            merged[2 * c] = MergeAdd(merged[2 * c], share, part.x);
-            merged[2 * c + 1] = MergeAdd(merged[2 * c + 1], share, part.y);
-          }
-        }
-      }
-      // StoreMergedRow's output.
-      const bool seen = total > 0.0f;
-      float lse = seen ? global_max + logf(total) : SPLITKV_NEG_INF;
-      const float keep = SinkKeep(p, head, global_max, total, seen, lse);
+      const int r = consumer * 64 + warp * 16 + lane / 4 + 8 * i;
+      const int t = r / group;
+      const int token = q_begin + first + t;
+      const int head = kv_head * group + (r - t * group);
+      const bool seen = fold[i].l > 0.0f;
+      float lse = seen ? fold[i].m + logf(fold[i].l) : SPLITKV_NEG_INF;
+      const float keep = SinkKeep(p, head, fold[i].m, fold[i].l, seen, lse);
+      const float scale = FoldScale(fold[i]);
       T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + (lane & 3) * 2;
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        const float x0 = seen ? merged[2 * c] * keep : 0.0f;
-        const float x1 = seen ? merged[2 * c + 1] * keep : 0.0f;
+        const float x0 = seen ? fold_rows[(4 * c + 2 * i) * 256] * scale * keep : 0.0f;
+        const float x1 = seen ? fold_rows[(4 * c + 2 * i + 1) * 256] * scale * keep : 0.0f;
         if (p.out_vec) {
           *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(x0, x1);
         } else {

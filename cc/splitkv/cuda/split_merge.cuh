@@ -262,6 +262,42 @@ __device__ __forceinline__ float SplitWeight(float2 st, float global_max) {
 // One split's part of a merged element: merged + share x part, one rounding.
 __device__ __forceinline__ float MergeAdd(float merged, float share, float part) { return fmaf(share, part, merged); }
 
+// Batch-invariant merge: a left fold over a row's non-empty splits in split order, so a
+// kernel that reduces a tile's splits one after another (the wgmma prefill) merges as it
+// goes, with the same float operations as a merging CTA folding the workspace's partials.
+// The state is the merged max and sum_exp (natural log) and the merged row: after one
+// split its normalised partial itself (so a row that one split saw gets the one-split bits);
+// after more, the partials weighed by sum_exp x exp(max - merged max), divided by the sum at
+// the end (FoldScale). No division sits on the fold's dependency chain: a 32-split decode
+// row folds in ~1 us, where dividing each step's weights by the running sum took ~5 us.
+struct SplitFold {
+  float m = -__builtin_huge_valf();  // -inf (SPLITKV_NEG_INF is device code only)
+  float l = 0.0f;
+  int n = 0;  // splits folded
+};
+// Folds split stats `st` (st.y > 0) into `f`: each merged element becomes
+// FoldElement(element, wa, wb, partial, first); `first` for the first split.
+__device__ __forceinline__ bool FoldSplit(SplitFold& f, float2 st, float& wa, float& wb) {
+  if (f.n == 0) {
+    f.m = st.x, f.l = st.y, f.n = 1, wa = 0.0f, wb = 1.0f;
+    return true;
+  }
+  const float m = fmaxf(f.m, st.x);
+  const float alpha = exp2f((f.m - m) * kLog2e);
+  wb = st.y * exp2f((st.x - m) * kLog2e);
+  wa = f.n == 1 ? f.l * alpha : alpha;  // the first partial is normalised: weigh it by its sum
+  f.l = f.l * alpha + wb;
+  f.m = m;
+  ++f.n;
+  return false;
+}
+__device__ __forceinline__ float FoldElement(float merged, float wa, float wb, float part, bool first) {
+  return first ? part : fmaf(part, wb, merged * wa);
+}
+// What the folded row is multiplied by to give the merged row: 1 after one split (it is the
+// partial), else 1 / sum_exp.
+__device__ __forceinline__ float FoldScale(const SplitFold& f) { return f.n <= 1 ? 1.0f : 1.0f / f.l; }
+
 // Whether MergeFromShared can merge this tile: at most 32 splits whose partial rows fit in
 // `scratch_bytes` of shared memory.
 template <int kHeadDim>
@@ -299,6 +335,26 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
     const float2 st = lane < num_splits
                           ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
                           : make_float2(SPLITKV_NEG_INF, 0.0f);
+    if (p.invariant_split_keys > 0) {  // batch-invariant: the fold (SplitFold)
+      SplitFold f;
+      float merged[kElems] = {};
+      MbarrierWait(bar, 0);
+#pragma unroll 4
+      for (int sp = 0; sp < num_splits; ++sp) {
+        const float2 sst = make_float2(__shfl_sync(0xffffffffu, st.x, sp), __shfl_sync(0xffffffffu, st.y, sp));
+        if (!(sst.y > 0.0f)) continue;
+        float wa, wb, part[kElems];
+        const bool first = FoldSplit(f, sst, wa, wb);
+        LoadFloats<kElems, false>(part, scratch + (row * num_splits + sp) * kHeadDim + lane * kElems);
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) merged[e] = FoldElement(merged[e], wa, wb, part[e], first);
+      }
+      const float scale = FoldScale(f);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) merged[e] *= scale;
+      StoreMergedRow<T, kElems>(p, at, merged, f.m, f.l);
+      continue;
+    }
     const float global_max = WarpMax(st.y > 0.0f ? st.x : SPLITKV_NEG_INF);
     const float weight = SplitWeight(st, global_max);
     const float total = WarpSum(weight);
@@ -403,6 +459,33 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
         }
       }
     };
+    if (p.invariant_split_keys > 0) {  // batch-invariant: the fold (SplitFold), kBatch at a time
+      SplitFold f;
+      float merged[kElems] = {};
+      float part[kBatch][kElems];
+      for (int base = 0; base < num_splits; base += kBatch) {
+        const int count = min(kBatch, num_splits - base);
+        // Lane u holds split base + u's stats (kBatch <= 32), fetched with the batch's rows.
+        const float2 lane_st = lane < count
+                                   ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, base + lane, at.token, at.head))
+                                   : make_float2(SPLITKV_NEG_INF, 0.0f);
+        load_batch(part, base, count);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const float2 sst = make_float2(__shfl_sync(0xffffffffu, lane_st.x, u), __shfl_sync(0xffffffffu, lane_st.y, u));
+          if (u >= count || !(sst.y > 0.0f)) continue;
+          float wa, wb;
+          const bool first = FoldSplit(f, sst, wa, wb);
+#pragma unroll
+          for (int e = 0; e < kElems; ++e) merged[e] = FoldElement(merged[e], wa, wb, part[u][e], first);
+        }
+      }
+      const float scale = FoldScale(f);
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) merged[e] *= scale;
+      StoreMergedRow<T, kElems>(p, at, merged, f.m, f.l);
+      continue;
+    }
     // Lane k holds the stats of splits k, k + 32, ...; the first group's stay in registers.
     const float2 first = lane < num_splits
                              ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
