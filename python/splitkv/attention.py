@@ -128,10 +128,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         computed in a prefill or a decode (same backend, build and CPU instruction set).
         Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
         from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
-        On CUDA (sm_90, 16-bit K/V, head_dim 64/128) prefill-sized calls run the wgmma
-        prefill and decode tiles a decode-kernel path that reduces rows in its order (the
-        same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V or other GPUs the
-        mma.sync kernel's prefill tiles. On the H200 that costs decode 3-12 % and prefill
+        On CUDA (sm_90, 16-bit K/V, head_dim 64/128, up to 16 qo heads per kv head)
+        prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
+        (and what it declines) a decode-kernel path that reduces rows in its order (the
+        same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 3-12 % and prefill
         11-17 % against the default (README "Batch invariance"); invariance holds among
         calls whose K/V rows share one 16-byte alignment. The
         workspace must hold every split's partials,
@@ -341,10 +342,11 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         computed in a prefill or a decode (same backend, build and CPU instruction set).
         Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
         from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
-        On CUDA (sm_90, 16-bit K/V, head_dim 64/128) prefill-sized calls run the wgmma
-        prefill and decode tiles a decode-kernel path that reduces rows in its order (the
-        same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V or other GPUs the
-        mma.sync kernel's prefill tiles. On the H200 that costs decode 3-12 % and prefill
+        On CUDA (sm_90, 16-bit K/V, head_dim 64/128, up to 16 qo heads per kv head)
+        prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
+        (and what it declines) a decode-kernel path that reduces rows in its order (the
+        same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 3-12 % and prefill
         11-17 % against the default (README "Batch invariance"); invariance holds among
         calls whose K/V rows share one 16-byte alignment. The
         workspace must hold every split's partials,

@@ -189,7 +189,7 @@ def check_prefill_chunks_verify_and_decode(device, options, *, dtype=torch.bfloa
                                            page_size=16):
     lengths = [2600, 300, 1100]
     requests = make_requests(lengths, group=group, head_dim=head_dim, dtype=dtype, seed=7)
-    workspace = splitkv.Workspace(512 << 20, device)
+    workspace = splitkv.Workspace((512 if device == "cuda" else 256) << 20, device)
     harness.fill_garbage(workspace)
     n = lengths[0]
     whole = ragged(requests, [(0, n, 0)], workspace, device=device, **options)[0]
@@ -220,6 +220,30 @@ def check_prefill_chunks_verify_and_decode(device, options, *, dtype=torch.bfloa
             verify = paged(requests, [(1, 300, 299), (0, t + 1, t - 2)], workspace, device=device,
                            page_size=page_size, **options)[1]
             assert_same(verify, (whole[0][t - 2:t + 1], whole[1][t - 2:t + 1]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("length,group,head_dim", [
+    (33000, 4, 128),   # 33 splits: the decode merge's register path (more than 32 splits)
+    (13000, 16, 64),   # 13 splits of 16-row tiles: past what the merge's shared memory holds
+])
+def test_long_decode_matches_prefill_rows_cuda(length, group, head_dim):
+    """L4 where the decode's merging CTA folds its splits from the workspace in registers (not
+    shared memory): a decode and a verify of the last tokens against the same rows of a ragged
+    prefill of the prompt's tail over all its keys (the wgmma kernel folding its splits)."""
+    harness.require("cuda", torch.bfloat16, head_dim)
+    requests = make_requests([length], group=group, head_dim=head_dim, seed=length)
+    workspace = splitkv.Workspace(64 << 20, "cuda")
+    harness.fill_garbage(workspace)
+    tail = 20
+    rows = ragged(requests, [(0, length, length - tail)], workspace, device="cuda")[0]
+    expected, expected_lse = reference(requests[0], length, length - tail)
+    harness.assert_close(rows[0], expected, torch.bfloat16)
+    harness.assert_lse_close(rows[1], expected_lse)
+    decode = paged(requests, [(0, length, length - 1)], workspace, device="cuda")[0]
+    assert_same(decode, (rows[0][-1:], rows[1][-1:]))
+    verify = paged(requests, [(0, length, length - 3)], workspace, device="cuda")[0]
+    assert_same(verify, (rows[0][-3:], rows[1][-3:]))
 
 
 @pytest.mark.parametrize("device", DEVICES)

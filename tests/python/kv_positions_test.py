@@ -11,7 +11,8 @@ last key, an empty shard, forced splits, sinks, batch_invariant, GQA, the custom
 per-call path (a cached layout must read each call's own offsets). On CUDA (gpu mark) the
 same cases run on every kernel the paged path reaches: the sm_90 bulk decode kernel (decode
 tiles at head_dim 128, bf16), the mma.sync kernel's decode and chunked-prefill tiles
-(head_dim 64), fp8 K/V, and batch_invariant (the decode kernel's 16-row tiles on sm_90).
+(head_dim 64), fp8 K/V, and batch_invariant (on sm_90 the decode kernel's wgmma-order path
+and the wgmma prefill).
 """
 
 import dataclasses

@@ -85,7 +85,7 @@ struct BulkDecodeShape {
   // bits are the same from either kernel (see the kernel's comment).
   static constexpr bool kWgmmaOrder = kWgmmaOrder_;
   static_assert(!kWgmmaOrder || (!kFp8 && kKvRing && kBlockN == 128 && kHeadDim <= 128),
-                "wgmma order: 16-bit K/V through the ring in the wgmma kernel's 128-key blocks");
+                "wgmma order: 16-bit K/V through the ring (tensor or row copies) in 128-key blocks");
   // Its ring also runs on row copies (pages under 8 slots, ragged K/V): one key row a thread.
   static_assert(!kWgmmaOrder || kPageTma || kBlockN == kThreads, "row copies: one row a thread a part");
   static constexpr int kSlots = kKvRing ? kStages : 2 * kStages;  // K-or-V block buffers
@@ -384,7 +384,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   };
   // Ring: part p of the stream into buffer p % kStages, if its block exists. Row copies (the
   // wgmma-order shape only): thread t copies key row t of the block's K or V; rows at or past
-  // key_end are zeros, as in load_kv.
+  // key_end are zeros, as in load_kv, and so are rows below the tile's first visible key (an
+  // invariant split starts on a block boundary below it, where the page table may name pages
+  // the caller no longer holds, e.g. below a sliding window: they are never dereferenced).
+  [[maybe_unused]] const int copy_lo = max(key_begin, split_keys.tile_lo);
   auto load_part = [&](int part) {
     if (part / 2 >= num_blocks) return;
     const int buf = part % S::kStages;
@@ -393,9 +396,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     } else if constexpr (S::kKvRing) {
       const int j0 = loop_begin + part / 2 * S::kBlockN;
       const int valid = min(S::kBlockN, key_end - j0);
-      if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[buf], valid * D * sizeof(T));
+      const int skip = min(valid, max(0, copy_lo - j0));  // rows [skip, valid) are copied
+      if (threadIdx.x == 0) MbarrierArriveExpectTx(&stage_full[buf], (valid - skip) * D * sizeof(T));
       T* const dst = s_kv + buf * S::kKvElems + threadIdx.x * RS;
-      if (static_cast<int>(threadIdx.x) < valid) {
+      if (static_cast<int>(threadIdx.x) < valid && static_cast<int>(threadIdx.x) >= skip) {
         const T* key;
         const T* value;
         kv.RowsInPage(kv.PageOf(j0 + threadIdx.x), j0 + threadIdx.x, key, value);
@@ -703,7 +707,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
       row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
     }
-    if (num_blocks == 0) __syncthreads();  // Q's fragment reads end before s_o reuses it
+    if (num_blocks == 0) __syncthreads();  // every warp is past the loop (whose last barrier does this)
     // Rows as [kRows][kOStride] floats: each warp its columns, warp 0 the natural-log max and
     // the sum (WriteRowResult's units, as the prefill's epilogue converts them).
     float* const s_o = reinterpret_cast<float*>(smem);
@@ -716,7 +720,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         *reinterpret_cast<float2*>(s_o + r * S::kOStride + (dt0 + d) * 8 + (lane & 3) * 2) =
             make_float2(acc[d][2 * i], acc[d][2 * i + 1]);
       }
-      if (warp == 0 && (lane & 3) == 0) s_ml[2 * r] = row_max[i] * kLn2, s_ml[2 * r + 1] = row_sum[i];
+      if (warp == 0 && (lane & 3) == 0) s_ml[2 * r] = __fmul_rn(row_max[i], kLn2), s_ml[2 * r + 1] = row_sum[i];
     }
     __syncthreads();
     constexpr int kElems = D / 32;

@@ -102,7 +102,8 @@ struct PrefillSm90Shape {
 };
 
 struct PrefillSm90Params {
-  AttentionKernelParams p;  // q/out/lse, strides, group, masking options (num_splits == 1)
+  AttentionKernelParams p;  // q/out/lse, strides, group, masking options (num_splits == 1, or
+                            // a batch-invariant plan's split count)
   const int32_t* cu_seqlens_kv = nullptr;  // ragged K/V
   // Paged K/V: block_tables, block_tables_stride, seq_lens and page_size_log2 (the cache's
   // pointers and strides are in the maps); the maps' box rows (a power of two dividing
@@ -371,13 +372,15 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       if (!(l[i] > 0.0f)) continue;  // an empty split: the merges skip it
       const float inv = 1.0f / l[i];
       float wa, wb;
-      const bool first = FoldSplit(fold[i], make_float2(m_log2[i] * kLn2, l[i]), wa, wb);
+      // __fmul_rn: the decode side's max and partial are rounded by their stores.
+      const bool first = FoldSplit(fold[i], make_float2(__fmul_rn(m_log2[i], kLn2), l[i]), wa, wb);
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int reg = 4 * c + 2 * i + e;
-          fold_rows[reg * 256] = FoldElement(fold_rows[reg * 256], wa, wb, o_acc[reg] * inv, first);
+          const float part = __fmul_rn(o_acc[reg], inv);
+          fold_rows[reg * 256] = first ? part : FoldElement(fold_rows[reg * 256], wa, wb, part, false);
         }
       }
     }
@@ -659,7 +662,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const int token = q_begin + first + t;
     const int head = kv_head * group + (r - t * group);
     const bool seen = row_sum[i] > 0.0f;
-    const float m = row_max[i] * kLn2;  // log2 units to natural log
+    // log2 units to natural log, rounded here (no fused multiply-add into lse or the sink's
+    // terms): the decode kernel's rows get this max through shared memory.
+    const float m = __fmul_rn(row_max[i], kLn2);
     const float inv = seen ? 1.0f / row_sum[i] : 0.0f;
     float lse = seen ? m + logf(row_sum[i]) : SPLITKV_NEG_INF;
     const float keep = SinkKeep(p, head, m, row_sum[i], seen, lse);  // 1 without sinks

@@ -1,5 +1,6 @@
 // The split-KV protocol on the device (the CPU's is cpu/attention_tile.h: the same partials
-// and merge; its counter simply counts arrivals). A tile's counter word holds two counts:
+// and merge, batch-invariant mode's fold (SplitFold) aside; its counter simply counts
+// arrivals). A tile's counter word holds two counts:
 // bits 0-15 the splits that finished their main loop ("in"), bits 16-31 those whose partial
 // is published (num_splits <= 65535, which the launcher enforces).
 //  1. as its main loop ends, thread 0 of every CTA of a tile counts it in (CountSplitIn, a
@@ -252,9 +253,8 @@ __device__ __forceinline__ float MergeShare(float weight, float total) {
   return total > 0.0f ? __fdiv_rn(weight, total) : 0.0f;
 }
 
-// A split's weight from its stats {max, sum_exp} (natural log), against the splits' max.
-// The merges below and the wgmma prefill's in-CTA merge (prefill_sm90.cuh) share it and
-// MergeAdd: batch-invariant rows must get the same bits from either.
+// A split's weight from its stats {max, sum_exp} (natural log), against the splits' max;
+// both merge paths below use it and MergeAdd, so they give the same bits.
 __device__ __forceinline__ float SplitWeight(float2 st, float global_max) {
   return global_max != SPLITKV_NEG_INF && st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
 }
@@ -282,17 +282,19 @@ __device__ __forceinline__ bool FoldSplit(SplitFold& f, float2 st, float& wa, fl
     f.m = st.x, f.l = st.y, f.n = 1, wa = 0.0f, wb = 1.0f;
     return true;
   }
+  // Explicit roundings (no contraction the compiler might choose differently where this is
+  // inlined): the callers' bits must agree.
   const float m = fmaxf(f.m, st.x);
-  const float alpha = exp2f((f.m - m) * kLog2e);
-  wb = st.y * exp2f((st.x - m) * kLog2e);
-  wa = f.n == 1 ? f.l * alpha : alpha;  // the first partial is normalised: weigh it by its sum
-  f.l = f.l * alpha + wb;
+  const float alpha = exp2f(__fmul_rn(__fsub_rn(f.m, m), kLog2e));
+  wb = __fmul_rn(st.y, exp2f(__fmul_rn(__fsub_rn(st.x, m), kLog2e)));
+  wa = f.n == 1 ? __fmul_rn(f.l, alpha) : alpha;  // the first partial is normalised: weigh it by its sum
+  f.l = __fmaf_rn(f.l, alpha, wb);
   f.m = m;
   ++f.n;
   return false;
 }
 __device__ __forceinline__ float FoldElement(float merged, float wa, float wb, float part, bool first) {
-  return first ? part : fmaf(part, wb, merged * wa);
+  return first ? part : __fmaf_rn(part, wb, __fmul_rn(merged, wa));
 }
 // What the folded row is multiplied by to give the merged row: 1 after one split (it is the
 // partial), else 1 / sum_exp.

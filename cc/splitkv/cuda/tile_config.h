@@ -3,10 +3,13 @@
 //
 // A CTA is 4 warps. Its query rows pack (query tokens x qo heads of one kv head's group), so a
 // GQA decode step reads each KV block once for the whole group:
-//   decode tiles:  16 rows (1 warp of rows); the 4 warps split each 64-key block in 4.
+//   decode tiles:  16 rows (1 warp of rows); the 4 warps split each 64-key block in 4 (the
+//                  batch-invariant wgmma-order path: each warp the whole 128-key block's logits
+//                  and a quarter of head_dim).
 //   prefill tiles: 64 rows (4 warps of 16 rows); every warp sees the whole key block.
-// Paged calls use decode tiles when a tile's rows (max_q_len x group) fit in 16, else prefill
-// tiles; ragged calls always use prefill tiles (with the same q_tile_tokens).
+// Calls use decode tiles when a tile's rows (max_q_len x group) fit in 16, else prefill tiles
+// (ragged calls run the wgmma kernel's own 128-row tiles where it serves them); batch-
+// invariant calls as InvariantTile says.
 #ifndef SPLITKV_CUDA_TILE_CONFIG_H_
 #define SPLITKV_CUDA_TILE_CONFIG_H_
 
