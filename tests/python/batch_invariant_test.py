@@ -168,6 +168,7 @@ def test_prefill_chunks_verify_and_decode_agree(device, option):
     (torch.bfloat16, 128, 4, 16, "plain"),
     (torch.float16, 64, 8, 16, "window"),
     (torch.bfloat16, 128, 2, 4, "cap"),      # pages under 8 slots: decode tiles by row copies
+    (torch.bfloat16, 128, 2, 4, "window"),   # ... and their rows below the window's first key zeroed
     (torch.bfloat16, 64, 4, 64, "sinks"),
     (torch.float16, 128, 16, 8, "window"),
     (torch.bfloat16, 256, 4, 16, "plain"),   # head_dim 256: decode tiles for every call
@@ -229,8 +230,9 @@ def check_prefill_chunks_verify_and_decode(device, options, *, dtype=torch.bfloa
 ])
 def test_long_decode_matches_prefill_rows_cuda(length, group, head_dim):
     """L4 where the decode's merging CTA folds its splits from the workspace in registers (not
-    shared memory): a decode and a verify of the last tokens against the same rows of a ragged
-    prefill of the prompt's tail over all its keys (the wgmma kernel folding its splits)."""
+    shared memory): a decode of the last token, and a verify of the last 3 (decode tiles at
+    group 4; the paged wgmma kernel at group 16), against the same rows of a ragged prefill of
+    the prompt's tail over all its keys (the wgmma kernel folding its splits)."""
     harness.require("cuda", torch.bfloat16, head_dim)
     requests = make_requests([length], group=group, head_dim=head_dim, seed=length)
     workspace = splitkv.Workspace(64 << 20, "cuda")
