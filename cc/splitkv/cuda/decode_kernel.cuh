@@ -52,6 +52,7 @@
 #include <type_traits>
 
 #include "cc/splitkv/cuda/attention_kernel.cuh"
+#include "cc/splitkv/cuda/block_softmax.cuh"
 #include "cc/splitkv/cuda/kernel_params.h"
 #include "cc/splitkv/cuda/kv_source.cuh"
 #include "cc/splitkv/cuda/ptx.cuh"
@@ -387,6 +388,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // key_end are zeros, as in load_kv, and so are rows below the tile's first visible key (an
   // invariant split starts on a block boundary below it, where the page table may name pages
   // the caller no longer holds, e.g. below a sliding window: they are never dereferenced).
+  // The wgmma-order path zeroes V rows below it after tensor copies too.
   [[maybe_unused]] const int copy_lo = max(key_begin, split_keys.tile_lo);
   auto load_part = [&](int part) {
     if (part / 2 >= num_blocks) return;
@@ -569,10 +571,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     constexpr int kWarpDTiles = S::kDTiles / S::kWarpsN;  // this warp's d-tiles
     static_assert(kWarpDTiles % 2 == 0, "ldmatrix.trans loads d-tiles in pairs");
     const int dt0 = warp * kWarpDTiles;
-    const float cap_scale = cap > 0.0f ? sm_scale / cap : 0.0f;
-    const float cap_log2 = cap * kLog2e;
-    const float scale_log2 = sm_scale * kLog2e;
-    const float exp_scale = cap > 0.0f || scale_log2 <= 0.0f ? 1.0f : scale_log2;
+    const SoftmaxScales scales(sm_scale, cap);
     float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units
     float row_sum[2] = {0.0f, 0.0f};                        // this thread's share
     float acc[kWarpDTiles][4];
@@ -581,7 +580,6 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     const int k_row = (lane & 7) + (lane >> 4) * 8, k_bit = (lane >> 3) & 1;
     const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_bit = lane >> 4;
     const int row7 = lane & 7;
-    const int zero_below = max(key_begin, split_keys.tile_lo);
     for (int block = 0; block < num_blocks; ++block) {
       const int j0 = loop_begin + block * S::kBlockN;
       const int part_k = 2 * block, part_v = 2 * block + 1;
@@ -605,67 +603,11 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       __syncthreads();  // every warp has read K: its buffer takes the stream's next part
       load_part(part_k + S::kStages);
 
-      // The prefill's softmax (prefill_sm90.cuh `softmax`), operation for operation.
+      // The prefill's softmax and packing (block_softmax.cuh), the same functions.
       float alpha[2];
-      if (cap > 0.0f) {
-#pragma unroll
-        for (int e = 0; e < kSRegs; ++e) s[e] = cap_log2 * tanhf(s[e] * cap_scale);
-      } else if (scale_log2 <= 0.0f) {
-#pragma unroll
-        for (int e = 0; e < kSRegs; ++e) s[e] *= scale_log2;
-      }
-      bool partial = false;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + S::kBlockN <= row_hi[i]);
-      if (__any_sync(0xffffffffu, partial)) {
-#pragma unroll
-        for (int c = 0; c < kSRegs / 4; ++c) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
-            const int i = e >> 1;
-            if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        constexpr int kPairs = kSRegs / 4;
-        static_assert(kPairs == 16, "the max tree below");
-        float t[kPairs];
-#pragma unroll
-        for (int c = 0; c < kPairs; ++c) t[c] = fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]);
-#pragma unroll
-        for (int c = 0; c < 8; ++c) t[c] = fmaxf(t[c], t[c + 8]);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) t[c] = fmaxf(t[c], t[c + 4]);
-        float m = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        m = fmaxf(row_max[i], m * exp_scale);
-        const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;
-        alpha[i] = FastExp2(row_max[i] - m_ref);
-        row_max[i] = m;
-        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-        for (int c = 0; c < kPairs; ++c) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pr = FastExp2(fmaf(s[4 * c + 2 * i + e], exp_scale, -m_ref));
-            s[4 * c + 2 * i + e] = pr;
-            sum[(2 * c + e) % 4] += pr;
-          }
-        }
-        row_sum[i] = row_sum[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
-      }
+      BlockSoftmax<kSRegs, S::kBlockN>(s, j0, lane, scales, row_valid, row_lo, row_hi, row_max, row_sum, alpha);
       uint32_t a[kPSteps][4];
-#pragma unroll
-      for (int kk = 0; kk < kPSteps; ++kk) {
-        a[kk][0] = PackPair<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        a[kk][1] = PackPair<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        a[kk][2] = PackPair<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        a[kk][3] = PackPair<T>(s[8 * kk + 6], s[8 * kk + 7]);
-      }
+      PackProbabilities<T>(s, a);
       // The output so far times alpha plus +0, then P V onto it (the prefill's operations; its
       // first block skips the product, whose accumulator is +0 and stays +0 here).
 #pragma unroll
@@ -678,12 +620,12 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       // page's tail, anything), and the split starts on a block boundary below the tile's
       // first key (pages there may hold anything, as in the wgmma kernel's contract). Each
       // warp zeroes a quarter of the block's rows for every warp to read (CTA-uniform).
-      if (j0 < zero_below || j0 + S::kBlockN > key_end) {
+      if (j0 < copy_lo || j0 + S::kBlockN > key_end) {
         constexpr int kChunks = S::kStageCols / 8;
         const int r0 = warp * S::kKeysPerWarp;
         for (int i = lane; i < S::kKeysPerWarp * kChunks; i += 32) {
           const int r = r0 + i / kChunks, c = i % kChunks;
-          if (j0 + r < zero_below || j0 + r >= key_end) ZeroChunk(s_v + KvOffset<S>(r, c, r & 7));
+          if (j0 + r < copy_lo || j0 + r >= key_end) ZeroChunk(s_v + KvOffset<S>(r, c, r & 7));
         }
         FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
         __syncthreads();

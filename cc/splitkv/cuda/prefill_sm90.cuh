@@ -48,6 +48,7 @@
 #include <cstdint>
 
 #include "cc/splitkv/cuda/attention_kernel.cuh"  // QueryStart, VisibleKeys
+#include "cc/splitkv/cuda/block_softmax.cuh"
 #include "cc/splitkv/cuda/kernel_params.h"
 #include "cc/splitkv/cuda/ptx.cuh"
 #include "cc/splitkv/cuda/split_merge.cuh"  // kLog2e, kLn2, SPLITKV_NEG_INF
@@ -333,10 +334,6 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     }
   }
 
-  const float cap = p.logits_soft_cap;
-  const float scale_log2 = p.sm_scale * kLog2e;
-  const float cap_scale = cap > 0.0f ? p.sm_scale / cap : 0.0f;
-  const float cap_log2 = cap * kLog2e;
 
   float o_acc[S::kOutRegs];
 #pragma unroll
@@ -428,86 +425,16 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     if (lane == 0) MbarrierArrive(bar);
   };
 
-  // Block b's logits -> probabilities, in place in the S accumulators (fp32); updates the
-  // row max (log2 units) and sum and returns the factor the output so far must be scaled by.
-  // Without a soft cap and with sm_scale > 0 the max is taken over the raw logits and the
-  // scale enters each exponent through one fused multiply-add, exp2(s * scale_log2 - max), as
-  // FlashAttention-3 does; a soft cap (or a scale <= 0, whose max is not the raw max) turns
-  // every logit into log2 units first and the exponent's factor is 1. One path for all, so
-  // the loop body is compiled once (a second copy of it spilled). The max is a tree and the
-  // sum four chains, shortening what sits between a block's S and its P V (ncu on the H200,
-  // 1 x 16k causal: 689 instructions a warp per block against FlashAttention-3's 496).
-  const float exp_scale = cap > 0.0f || scale_log2 <= 0.0f ? 1.0f : scale_log2;
+  // Block b's logits -> probabilities (block_softmax.cuh, the decode kernel's wgmma-order path
+  // runs the same function), and the probabilities as the P V A operand. pack runs only once no
+  // wgmma reading `a` is in flight: ptxas may give the new values the registers of the old
+  // ones, and would serialise the wgmmas to stay correct.
+  const SoftmaxScales scales(p.sm_scale, p.logits_soft_cap);
   auto softmax = [&](float (&s)[S::kSRegs], int b, float (&alpha)[2]) {
-    if (cap > 0.0f) {
-#pragma unroll
-      for (int e = 0; e < S::kSRegs; ++e) s[e] = cap_log2 * tanhf(s[e] * cap_scale);
-    } else if (scale_log2 <= 0.0f) {
-#pragma unroll
-      for (int e = 0; e < S::kSRegs; ++e) s[e] *= scale_log2;
-    }
-    // Mask only blocks that some row of this warp does not see whole.
-    const int j0 = block_base + b * S::kBlockN;
-    bool partial = false;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + S::kBlockN <= row_hi[i]);
-    if (__any_sync(0xffffffffu, partial)) {
-#pragma unroll
-      for (int c = 0; c < S::kSRegs / 4; ++c) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
-          const int i = e >> 1;
-          if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      // This thread's kSRegs / 2 logits of row i, s[4 c + 2 i + e], reduced pairwise.
-      constexpr int kPairs = S::kSRegs / 4;
-      static_assert(kPairs == 8 || kPairs == 16, "the max tree below");
-      float t[kPairs];
-#pragma unroll
-      for (int c = 0; c < kPairs; ++c) t[c] = fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]);
-      if constexpr (kPairs == 16) {
-#pragma unroll
-        for (int c = 0; c < 8; ++c) t[c] = fmaxf(t[c], t[c + 8]);
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) t[c] = fmaxf(t[c], t[c + 4]);
-      float m = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      m = fmaxf(row_max[i], m * exp_scale);  // -inf stays -inf
-      const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;  // a row with no key yet: p = 0
-      alpha[i] = FastExp2(row_max[i] - m_ref);
-      row_max[i] = m;
-      float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int c = 0; c < kPairs; ++c) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = FastExp2(fmaf(s[4 * c + 2 * i + e], exp_scale, -m_ref));
-          s[4 * c + 2 * i + e] = pr;
-          sum[(2 * c + e) % 4] += pr;
-        }
-      }
-      row_sum[i] = row_sum[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
-    }
+    BlockSoftmax<S::kSRegs, S::kBlockN>(s, block_base + b * S::kBlockN, lane, scales, row_valid, row_lo, row_hi,
+                                        row_max, row_sum, alpha);
   };
-  // Probabilities as the P V A operand: two adjacent 8-key accumulator tiles are one 16-key
-  // fragment. Runs only once no wgmma reading `a` is in flight: ptxas may give the new
-  // values the registers of the old ones, and would serialise the wgmmas to stay correct.
-  auto pack = [&](const float (&s)[S::kSRegs], uint32_t (&a)[S::kPSteps][4]) {
-#pragma unroll
-    for (int kk = 0; kk < S::kPSteps; ++kk) {
-      a[kk][0] = PackPair<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      a[kk][1] = PackPair<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      a[kk][2] = PackPair<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      a[kk][3] = PackPair<T>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  };
+  auto pack = [&](const float (&s)[S::kSRegs], uint32_t (&a)[S::kPSteps][4]) { PackProbabilities<T>(s, a); };
 
   // Ping-pong between the two consumers (FlashAttention-3's warp scheduling): they take turns
   // issuing their wgmmas, so one's softmax runs while the other's products hold the tensor
@@ -614,44 +541,18 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     release(v_empty + stage);
   }
 
-  if (kInvariant && multi_split) {
+  // ---- epilogue: normalise and store this thread's two rows ----
+  // A batch-invariant tile of several splits stores its folded rows (as StoreMergedRow
+  // writes a merged row); every other tile its accumulator over the row sum (CTA-uniform).
+  const bool folded = kInvariant && multi_split;
+  if (folded) {
     fold_split(row_max, row_sum);
-    // The merged rows, as StoreMergedRow writes them.
+  } else {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      if (!row_valid[i]) continue;
-      const int r = consumer * 64 + warp * 16 + lane / 4 + 8 * i;
-      const int t = r / group;
-      const int token = q_begin + first + t;
-      const int head = kv_head * group + (r - t * group);
-      const bool seen = fold[i].l > 0.0f;
-      float lse = seen ? fold[i].m + logf(fold[i].l) : SPLITKV_NEG_INF;
-      const float keep = SinkKeep(p, head, fold[i].m, fold[i].l, seen, lse);
-      const float scale = FoldScale(fold[i]);
-      T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + (lane & 3) * 2;
-#pragma unroll
-      for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        const float x0 = seen ? fold_rows[(4 * c + 2 * i) * 256] * scale * keep : 0.0f;
-        const float x1 = seen ? fold_rows[(4 * c + 2 * i + 1) * 256] * scale * keep : 0.0f;
-        if (p.out_vec) {
-          *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(x0, x1);
-        } else {
-          dst[c * 8] = FromFloat<T>(x0);
-          dst[c * 8 + 1] = FromFloat<T>(x1);
-        }
-      }
-      if ((lane & 3) == 0 && p.lse != nullptr) {
-        p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] = lse;
-      }
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
+      row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
     }
-    return;
-  }
-
-  // ---- epilogue: normalise and store this thread's two rows ----
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 1);
-    row_sum[i] += __shfl_xor_sync(0xffffffffu, row_sum[i], 2);
   }
   const int quad = lane & 3;
 #pragma unroll
@@ -661,27 +562,30 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const int t = r / group;
     const int token = q_begin + first + t;
     const int head = kv_head * group + (r - t * group);
-    const bool seen = row_sum[i] > 0.0f;
-    // log2 units to natural log, rounded here (no fused multiply-add into lse or the sink's
-    // terms): the decode kernel's rows get this max through shared memory.
-    const float m = __fmul_rn(row_max[i], kLn2);
-    const float inv = seen ? 1.0f / row_sum[i] : 0.0f;
-    float lse = seen ? m + logf(row_sum[i]) : SPLITKV_NEG_INF;
-    const float keep = SinkKeep(p, head, m, row_sum[i], seen, lse);  // 1 without sinks
+    // The max in natural log, rounded here (no fused multiply-add into lse or the sink's
+    // terms): the decode kernel's rows get it through shared memory.
+    const float m = folded ? fold[i].m : __fmul_rn(row_max[i], kLn2);
+    const float l = folded ? fold[i].l : row_sum[i];
+    const bool seen = l > 0.0f;
+    const float scale = folded ? FoldScale(fold[i]) : seen ? 1.0f / l : 0.0f;
+    float lse = seen ? m + logf(l) : SPLITKV_NEG_INF;
+    const float keep = SinkKeep(p, head, m, l, seen, lse);  // 1 without sinks
+    // This thread's element `reg` of the row, normalised; rows that see no key are written as
+    // zeros, not 0 * o (o may hold 0 * NaN).
+    auto value = [&](int reg) {
+      return seen ? (folded ? fold_rows[reg * 256] : o_acc[reg]) * scale * keep : 0.0f;
+    };
     T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + quad * 2;
-    // Rows that see no key are written as zeros, not 0 * o (o may hold 0 * NaN).
     if (p.out_vec) {
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        const float x0 = seen ? o_acc[4 * c + 2 * i] * inv * keep : 0.0f;
-        const float x1 = seen ? o_acc[4 * c + 2 * i + 1] * inv * keep : 0.0f;
-        *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(x0, x1);
+        *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(value(4 * c + 2 * i), value(4 * c + 2 * i + 1));
       }
     } else {
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        dst[c * 8] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i] * inv * keep : 0.0f);
-        dst[c * 8 + 1] = FromFloat<T>(seen ? o_acc[4 * c + 2 * i + 1] * inv * keep : 0.0f);
+        dst[c * 8] = FromFloat<T>(value(4 * c + 2 * i));
+        dst[c * 8 + 1] = FromFloat<T>(value(4 * c + 2 * i + 1));
       }
     }
     if (quad == 0 && p.lse != nullptr) {

@@ -1,0 +1,120 @@
+// The online softmax of one key block in the wgmma prefill's register layout, shared by the
+// wgmma prefill (prefill_sm90.cuh) and the decode kernel's batch-invariant wgmma-order path
+// (decode_kernel.cuh kWgmmaOrder): one home for the float operations a batch-invariant row
+// goes through, so the two kernels cannot drift apart (their products round alike:
+// tools/gpu/mma_bits_probe.cu).
+//
+// Layout: a thread holds rows g = lane / 4 and g + 8 of its warp's 16, and in each 8-key
+// accumulator tile c the columns 2 (lane % 4) and + 1: s[4 c + 2 i + e] is row i's key
+// 8 c + 2 (lane % 4) + e of the block (a wgmma m64nN accumulator per warp, or mma.sync
+// m16n8 tiles side by side).
+#ifndef SPLITKV_CUDA_BLOCK_SOFTMAX_CUH_
+#define SPLITKV_CUDA_BLOCK_SOFTMAX_CUH_
+
+#include <cstdint>
+
+#include "cc/splitkv/cuda/ptx.cuh"          // FastExp2, PackPair
+#include "cc/splitkv/cuda/split_merge.cuh"  // kLog2e, SPLITKV_NEG_INF
+
+namespace splitkv::cuda {
+
+// The logit scales of a call: without a soft cap and with sm_scale > 0 the max is taken over
+// the raw logits and the scale enters each exponent through one fused multiply-add,
+// exp2(s * scale_log2 - max), as FlashAttention-3 does; a soft cap (or a scale <= 0, whose
+// max is not the raw max) turns every logit into log2 units first and the exponent's factor
+// (exp_scale) is 1.
+struct SoftmaxScales {
+  float cap, cap_scale, cap_log2, scale_log2, exp_scale;
+  __device__ __forceinline__ SoftmaxScales(float sm_scale, float soft_cap)
+      : cap(soft_cap),
+        cap_scale(soft_cap > 0.0f ? sm_scale / soft_cap : 0.0f),
+        cap_log2(soft_cap * kLog2e),
+        scale_log2(sm_scale * kLog2e),
+        exp_scale(soft_cap > 0.0f || scale_log2 <= 0.0f ? 1.0f : scale_log2) {}  // members in order
+};
+
+// Block logits s (keys j0 .. j0 + kBlockN) -> probabilities in place (fp32); updates the row
+// max (log2 units) and this thread's share of the row sum, and sets alpha, the factor the
+// output so far must be scaled by. Keys outside a row's [row_lo, row_hi) are masked by
+// select, so a NaN logit never survives. One path for every scale (a second copy of the loop
+// body spilled in the prefill). The max is a tree and the sum four chains, shortening what
+// sits between a block's S and its P V (ncu on the H200, 1 x 16k causal: 689 instructions a
+// warp per block against FlashAttention-3's 496).
+template <int kSRegs, int kBlockN>
+__device__ __forceinline__ void BlockSoftmax(float (&s)[kSRegs], int j0, int lane, const SoftmaxScales& sc,
+                                             const bool (&row_valid)[2], const int (&row_lo)[2],
+                                             const int (&row_hi)[2], float (&row_max)[2], float (&row_sum)[2],
+                                             float (&alpha)[2]) {
+  if (sc.cap > 0.0f) {
+#pragma unroll
+    for (int e = 0; e < kSRegs; ++e) s[e] = sc.cap_log2 * tanhf(s[e] * sc.cap_scale);
+  } else if (sc.scale_log2 <= 0.0f) {
+#pragma unroll
+    for (int e = 0; e < kSRegs; ++e) s[e] *= sc.scale_log2;
+  }
+  // Mask only blocks that some row of this warp does not see whole.
+  bool partial = false;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + kBlockN <= row_hi[i]);
+  if (__any_sync(0xffffffffu, partial)) {
+#pragma unroll
+    for (int c = 0; c < kSRegs / 4; ++c) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
+        const int i = e >> 1;
+        if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    // This thread's kSRegs / 2 logits of row i, s[4 c + 2 i + e], reduced pairwise.
+    constexpr int kPairs = kSRegs / 4;
+    static_assert(kPairs == 8 || kPairs == 16, "the max tree below");
+    float t[kPairs];
+#pragma unroll
+    for (int c = 0; c < kPairs; ++c) t[c] = fmaxf(s[4 * c + 2 * i], s[4 * c + 2 * i + 1]);
+    if constexpr (kPairs == 16) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) t[c] = fmaxf(t[c], t[c + 8]);
+    }
+#pragma unroll
+    for (int c = 0; c < 4; ++c) t[c] = fmaxf(t[c], t[c + 4]);
+    float m = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    m = fmaxf(row_max[i], m * sc.exp_scale);              // -inf stays -inf
+    const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;  // a row with no key yet: p = 0
+    alpha[i] = FastExp2(row_max[i] - m_ref);
+    row_max[i] = m;
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int c = 0; c < kPairs; ++c) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pr = FastExp2(fmaf(s[4 * c + 2 * i + e], sc.exp_scale, -m_ref));
+        s[4 * c + 2 * i + e] = pr;
+        sum[(2 * c + e) % 4] += pr;
+      }
+    }
+    row_sum[i] = row_sum[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+  }
+}
+
+// Probabilities as the P V A operand (the mma.sync m16n8k16 A fragment, which wgmma's
+// register A takes too): two adjacent 8-key accumulator tiles are one 16-key fragment.
+template <typename T, int kSRegs>
+__device__ __forceinline__ void PackProbabilities(const float (&s)[kSRegs], uint32_t (&a)[kSRegs / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kSRegs / 8; ++kk) {
+    a[kk][0] = PackPair<T>(s[8 * kk + 0], s[8 * kk + 1]);
+    a[kk][1] = PackPair<T>(s[8 * kk + 2], s[8 * kk + 3]);
+    a[kk][2] = PackPair<T>(s[8 * kk + 4], s[8 * kk + 5]);
+    a[kk][3] = PackPair<T>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+}  // namespace splitkv::cuda
+
+#endif  // SPLITKV_CUDA_BLOCK_SOFTMAX_CUH_
