@@ -352,7 +352,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const int last_split = kInvariant && num_blocks > 0 ? (block_base + (num_blocks - 1) * S::kBlockN) / split_keys
                                                       : first_split;
   const bool multi_split = kInvariant && last_split > first_split;
-  auto starts_split = [&](int b) { return multi_split && (block_base + b * S::kBlockN) % split_keys == 0; };
+  auto starts_split = [&](int b) {
+    if constexpr (kInvariant) return multi_split && (block_base + b * S::kBlockN) % split_keys == 0;
+    return false;  // (split_keys is 0 in the default instance)
+  };
   float* const fold_rows = reinterpret_cast<float*>(smem + S::kFoldOffset) + (threadIdx.x - 128);
   SplitFold fold[2];
   // Folds the finished split in o_acc, its row max (log2) and sum share; the partial it
