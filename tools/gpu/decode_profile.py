@@ -2,6 +2,7 @@
 
     python3 tools/gpu/decode_profile.py 64x4096 1x32768            # 2 launches each (for ncu)
     python3 tools/gpu/decode_profile.py --time 64x4096:HND:1 ...  # tools/bench/timing.py, TB/s
+    python3 tools/gpu/decode_profile.py --invariant 1x32768        # batch_invariant=True calls
 
 A shape is BATCHxKV_LEN[:LAYOUT[:NUM_SPLITS]] (bf16, 32 qo / 8 kv heads, head_dim 128, page
 16). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
@@ -40,6 +41,7 @@ def make(batch, kv_len, layout, copies, gen, page_size=16):
 
 def main(argv):
     timed = "--time" in argv
+    invariant = "--invariant" in argv
     specs = [a for a in argv if not a.startswith("--")]
     gen = torch.Generator(device="cuda").manual_seed(0)
     ws = splitkv.Workspace(256 << 20, "cuda")
@@ -54,11 +56,12 @@ def main(argv):
         def call(i):
             p = paged[i]
             return splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ws, kv_layout=layout,
-                                           out=outs[i], max_q_len=1, num_splits=splits)
+                                           out=outs[i], max_q_len=1, num_splits=splits,
+                                           batch_invariant=invariant)
 
         plan = splitkv.plan_paged_attention(paged[0].q, paged[0].kv_cache, paged[0].block_tables,
                                             paged[0].seq_lens, ws, kv_layout=layout, max_q_len=1,
-                                            num_splits=splits)
+                                            num_splits=splits, batch_invariant=invariant)
         if not timed:
             for _ in range(2):
                 call(0)

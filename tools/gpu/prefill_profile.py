@@ -5,6 +5,7 @@ and a quick same-process timing of both.
     python3 tools/gpu/prefill_profile.py fa3 1x16384                # FA3's varlen call, the same
     python3 tools/gpu/prefill_profile.py --time 1x16384 4x4096      # both, CUDA graphs, TFLOP/s
     python3 tools/gpu/prefill_profile.py --time --nofa3 trace       # splitkv alone (A/B of builds)
+    python3 tools/gpu/prefill_profile.py --invariant splitkv 1x4096 # batch_invariant=True calls
 
 A shape is BATCHxLEN (q_len == kv_len; bf16, 32 qo / 8 kv heads, head_dim 128), or `trace`: the
 bench's 16 prompt lengths drawn from the conversation trace (tools/bench/shapes.py). FA3 needs
@@ -27,7 +28,7 @@ from tools.bench import inputs, shapes, timing  # noqa: E402
 _TRACE = "data/azure_llm_inference_2023/conv.csv"
 
 
-def make_calls(impl, case, copies, workspace):
+def make_calls(impl, case, copies, workspace, invariant=False):
     cu = inputs.cu_seqlens(case.lengths, torch.device("cuda", 0))
     longest = max(case.lengths)
     outs = [torch.empty_like(c.q) for c in copies]
@@ -41,7 +42,7 @@ def make_calls(impl, case, copies, workspace):
         def call(i):
             c = copies[i]
             return splitkv.ragged_attention(c.q, c.k, c.v, cu, cu, workspace, causal=True, out=outs[i],
-                                            max_q_len=longest)
+                                            max_q_len=longest, batch_invariant=invariant)
     return call
 
 
@@ -50,7 +51,7 @@ def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     impls = ["splitkv"] if "--nofa3" in argv else ["splitkv", "fa3"] if timed else [args.pop(0)]
     gen = torch.Generator(device="cuda").manual_seed(0)
-    workspace = splitkv.Workspace(256 << 20, "cuda")
+    workspace = splitkv.Workspace(1 << 30, "cuda")  # batch_invariant ragged calls reserve partials
     for spec in args:
         if spec == "trace":
             case = shapes.trace_prefill(os.path.join(_ROOT, _TRACE), 16)
@@ -60,7 +61,7 @@ def main(argv):
         copies = inputs.prefill_copies(case, torch.bfloat16, torch.device("cuda", 0), 4 if timed else 1, gen)
         results = {}
         for impl in impls:
-            call = make_calls(impl, case, copies, workspace)
+            call = make_calls(impl, case, copies, workspace, "--invariant" in argv)
             if not timed:
                 for _ in range(2):
                     call(0)
