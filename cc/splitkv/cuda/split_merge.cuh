@@ -268,30 +268,65 @@ __device__ __forceinline__ float MergeAdd(float merged, float share, float part)
 // The state is the merged max and sum_exp (natural log) and the merged row: after one
 // split its normalised partial itself (so a row that one split saw gets the one-split bits);
 // after more, the partials weighed by sum_exp x exp(max - merged max), divided by the sum at
-// the end (FoldScale). No division sits on the fold's dependency chain: a 32-split decode
-// row folds in ~1 us, where dividing each step's weights by the running sum took ~5 us.
+// the end (FoldScale). No division sits on the fold's dependency chain.
 struct SplitFold {
   float m = -__builtin_huge_valf();  // -inf (SPLITKV_NEG_INF is device code only)
   float l = 0.0f;
   int n = 0;  // splits folded
 };
-// Folds split stats `st` (st.y > 0) into `f`: each merged element becomes
-// FoldElement(element, wa, wb, partial, first); `first` for the first split.
-__device__ __forceinline__ bool FoldSplit(SplitFold& f, float2 st, float& wa, float& wb) {
+// A split's factors against the merged max before it, m_prev: the merged max after it (m),
+// the old merged row's factor (alpha) and the split's weight (wb). Explicit roundings (no
+// contraction the compiler might choose differently where this is inlined): every caller's
+// bits must agree.
+struct FoldFactors {
+  float m, alpha, wb;
+};
+__device__ __forceinline__ FoldFactors SplitFoldFactors(float m_prev, float2 st) {
+  const float m = fmaxf(m_prev, st.x);
+  return {m, exp2f(__fmul_rn(__fsub_rn(m_prev, m), kLog2e)),
+          __fmul_rn(st.y, exp2f(__fmul_rn(__fsub_rn(st.x, m), kLog2e)))};
+}
+// Folds a non-empty split whose factors against f.m are `ff` into `f`: each merged element
+// becomes FoldElement(element, wa, wb, partial, first); `first` for the first split. Only the
+// sum is a chain from split to split: the factors can be computed ahead. A first split
+// takes its stats from its factors (against -inf its max is m and its weight, sum x exp2(0),
+// is its sum).
+__device__ __forceinline__ bool FoldSplitWith(SplitFold& f, const FoldFactors& ff, float& wa, float& wb) {
   if (f.n == 0) {
-    f.m = st.x, f.l = st.y, f.n = 1, wa = 0.0f, wb = 1.0f;
+    f.m = ff.m, f.l = ff.wb, f.n = 1, wa = 0.0f, wb = 1.0f;
     return true;
   }
-  // Explicit roundings (no contraction the compiler might choose differently where this is
-  // inlined): the callers' bits must agree.
-  const float m = fmaxf(f.m, st.x);
-  const float alpha = exp2f(__fmul_rn(__fsub_rn(f.m, m), kLog2e));
-  wb = __fmul_rn(st.y, exp2f(__fmul_rn(__fsub_rn(st.x, m), kLog2e)));
-  wa = f.n == 1 ? __fmul_rn(f.l, alpha) : alpha;  // the first partial is normalised: weigh it by its sum
-  f.l = __fmaf_rn(f.l, alpha, wb);
-  f.m = m;
+  wb = ff.wb;
+  wa = f.n == 1 ? __fmul_rn(f.l, ff.alpha) : ff.alpha;  // the first partial is normalised: weigh it by its sum
+  f.l = __fmaf_rn(f.l, ff.alpha, wb);
+  f.m = ff.m;
   ++f.n;
   return false;
+}
+// The same, one split at a time (the wgmma prefill, as each split ends).
+__device__ __forceinline__ bool FoldSplit(SplitFold& f, float2 st, float& wa, float& wb) {
+  return FoldSplitWith(f, SplitFoldFactors(f.m, st), wa, wb);
+}
+// A warp's 32 splits at once (the merging CTAs): lane u holds split u's stats (st.y <= 0: no
+// split, or an empty one) and gets its factors against the merged max before it, the max of
+// f.m and the earlier non-empty splits' maxima (a prefix max: exact, so the same value as
+// FoldSplit's running max). Folding the splits in lane order with FoldSplitWith then gives
+// FoldSplit's bits while the exponentials run side by side: a 32-split decode row's fold
+// was ~3 us as one chain of FoldSplit steps on the H200 (1 x 32768, session 22).
+__device__ __forceinline__ FoldFactors WarpFoldFactors(const SplitFold& f, float2 st, int lane) {
+  float scan = st.y > 0.0f ? st.x : SPLITKV_NEG_INF;  // inclusive prefix max over non-empty lanes
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const float below = __shfl_up_sync(0xffffffffu, scan, d);
+    if (lane >= d) scan = fmaxf(scan, below);
+  }
+  const float before = __shfl_up_sync(0xffffffffu, scan, 1);
+  return SplitFoldFactors(fmaxf(f.m, lane == 0 ? SPLITKV_NEG_INF : before), st);
+}
+// Lane u's factors, for every lane.
+__device__ __forceinline__ FoldFactors ShuffleFactors(const FoldFactors& ff, int u) {
+  return {__shfl_sync(0xffffffffu, ff.m, u), __shfl_sync(0xffffffffu, ff.alpha, u),
+          __shfl_sync(0xffffffffu, ff.wb, u)};
 }
 __device__ __forceinline__ float FoldElement(float merged, float wa, float wb, float part, bool first) {
   return first ? part : __fmaf_rn(part, wb, __fmul_rn(merged, wa));
@@ -337,19 +372,29 @@ __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head,
     const float2 st = lane < num_splits
                           ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
                           : make_float2(SPLITKV_NEG_INF, 0.0f);
-    if (p.invariant_split_keys > 0) {  // batch-invariant: the fold (SplitFold)
+    if (p.invariant_split_keys > 0) {  // batch-invariant: the fold (SplitFold), factors side by side
       SplitFold f;
+      const FoldFactors lane_ff = WarpFoldFactors(f, st, lane);  // num_splits <= 32 (FitsSharedMerge)
+      const uint32_t live = __ballot_sync(0xffffffffu, st.y > 0.0f);  // lanes past num_splits hold sum 0
       float merged[kElems] = {};
       MbarrierWait(bar, 0);
-#pragma unroll 4
-      for (int sp = 0; sp < num_splits; ++sp) {
-        const float2 sst = make_float2(__shfl_sync(0xffffffffu, st.x, sp), __shfl_sync(0xffffffffu, st.y, sp));
-        if (!(sst.y > 0.0f)) continue;
-        float wa, wb, part[kElems];
-        const bool first = FoldSplit(f, sst, wa, wb);
-        LoadFloats<kElems, false>(part, scratch + (row * num_splits + sp) * kHeadDim + lane * kElems);
+      // As the weighted merge below: four splits' rows are fetched before they are folded.
+      for (int s0 = 0; s0 < num_splits; s0 += 4) {
+        float part[4][kElems];
 #pragma unroll
-        for (int e = 0; e < kElems; ++e) merged[e] = FoldElement(merged[e], wa, wb, part[e], first);
+        for (int u = 0; u < 4; ++u) {
+          LoadFloats<kElems, false>(part[u], scratch + (row * num_splits + min(s0 + u, num_splits - 1)) * kHeadDim +
+                                                 lane * kElems);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const FoldFactors ff = ShuffleFactors(lane_ff, (s0 + u) & 31);
+          if (!((live >> (s0 + u)) & 1u)) continue;  // past num_splits (s0 + u <= 31), or empty
+          float wa, wb;
+          const bool first = FoldSplitWith(f, ff, wa, wb);
+#pragma unroll
+          for (int e = 0; e < kElems; ++e) merged[e] = FoldElement(merged[e], wa, wb, part[u][e], first);
+        }
       }
       const float scale = FoldScale(f);
 #pragma unroll
@@ -472,12 +517,14 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
                                    ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, base + lane, at.token, at.head))
                                    : make_float2(SPLITKV_NEG_INF, 0.0f);
         load_batch(part, base, count);
+        const FoldFactors lane_ff = WarpFoldFactors(f, lane_st, lane);  // against the batches before
+        const uint32_t live = __ballot_sync(0xffffffffu, lane_st.y > 0.0f);  // lanes >= count hold sum 0
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
-          const float2 sst = make_float2(__shfl_sync(0xffffffffu, lane_st.x, u), __shfl_sync(0xffffffffu, lane_st.y, u));
-          if (u >= count || !(sst.y > 0.0f)) continue;
+          const FoldFactors ff = ShuffleFactors(lane_ff, u);
+          if (!((live >> u) & 1u)) continue;
           float wa, wb;
-          const bool first = FoldSplit(f, sst, wa, wb);
+          const bool first = FoldSplitWith(f, ff, wa, wb);
 #pragma unroll
           for (int e = 0; e < kElems; ++e) merged[e] = FoldElement(merged[e], wa, wb, part[u][e], first);
         }
