@@ -86,9 +86,9 @@ bool Serves(const Params& p, const SplitPlan& plan, const AttentionKernelParams&
   // Splits: batch-invariant ones only (head_dim 64 or 128), which the kernel runs in one CTA
   // a tile and merges itself (128-key blocks: every split a whole number of blocks).
   if (plan.invariant_split_keys > 0) {
-    if (p.head_dim > 128 || plan.invariant_split_keys % PrefillSm90BlockKeys(static_cast<int>(p.head_dim)) != 0) {
-      return false;
-    }
+    // The kernel's invariant instances are compiled for kInvariantSplitKeys (a multiple of
+    // the 128-key block).
+    if (p.head_dim > 128 || plan.invariant_split_keys != kInvariantSplitKeys) return false;
   } else if (plan.num_splits != 1) {
     return false;
   }

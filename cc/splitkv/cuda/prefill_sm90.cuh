@@ -46,6 +46,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/splitkv/cuda/attention_kernel.cuh"  // QueryStart, VisibleKeys
 #include "cc/splitkv/cuda/block_softmax.cuh"
@@ -90,7 +91,8 @@ struct PrefillSm90Shape {
   // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
   static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
   // Batch-invariant instances: each consumer thread's merged output rows (SplitFold), after
-  // the barriers: [kOutRegs][256 consumer threads] floats.
+  // the barriers: [kOutRegs / 4][256 consumer threads] float4s, a thread's accumulator
+  // registers 4 c .. 4 c + 3 side by side (16-byte accesses, a warp's 512 bytes contiguous).
   static constexpr uint32_t kFoldOffset = (kBarrierOffset + kNumBarriers * 8 + 15) / 16 * 16;
   static constexpr size_t kFoldBytes = size_t{kOutRegs} * 256 * 4;
   static constexpr size_t kInvariantSmemBytes = kSmemBytes + kFoldBytes;
@@ -168,8 +170,12 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   // batch-invariant calls, the multiple of kBlockN below it, so every row meets its blocks at
   // the same absolute keys as in a decode (split_plan.h InvariantSplitKeyRange).
   static_assert(!kInvariant || kHeadDim <= 128, "batch-invariant calls: head_dim 64 or 128 (128-key blocks)");
-  const int split_keys = kInvariant ? p.invariant_split_keys : 0;  // > 0: batch-invariant mode
-  const int block_base = split_keys > 0 ? key_begin & ~(S::kBlockN - 1)
+  // Batch-invariant instances: splits of kInvariantSplitKeys keys, a compile-time power of
+  // two (Serves() declines a plan of any other size), so the kernel's split arithmetic has
+  // no integer division.
+  static_assert((kInvariantSplitKeys & (kInvariantSplitKeys - 1)) == 0, "a power of two");
+  constexpr int split_keys = kInvariant ? static_cast<int>(kInvariantSplitKeys) : 1;
+  const int block_base = kInvariant ? key_begin & ~(S::kBlockN - 1)
                          : kPaged       ? key_begin & ~(params.box_rows - 1)
                                         : key_begin;
   const int num_blocks = key_end > key_begin ? (key_end - block_base + S::kBlockN - 1) / S::kBlockN : 0;
@@ -352,37 +358,51 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const int last_split = kInvariant && num_blocks > 0 ? (block_base + (num_blocks - 1) * S::kBlockN) / split_keys
                                                       : first_split;
   const bool multi_split = kInvariant && last_split > first_split;
-  auto starts_split = [&](int b) {
-    if constexpr (kInvariant) return multi_split && (block_base + b * S::kBlockN) % split_keys == 0;
-    return false;  // (split_keys is 0 in the default instance)
-  };
-  float* const fold_rows = reinterpret_cast<float*>(smem + S::kFoldOffset) + (threadIdx.x - 128);
+  float4* const fold_rows = reinterpret_cast<float4*>(smem + S::kFoldOffset) + (threadIdx.x - 128);
   SplitFold fold[2];
   // Folds the finished split in o_acc, its row max (log2) and sum share; the partial it
-  // stands for is WriteRowResult's: o / l and {max in natural log, l}.
+  // stands for is WriteRowResult's: o / l and {max in natural log, l}. The thread's two rows
+  // share each float4 (registers 4 c + 2 i + e), so one pass covers both: a row keeps its
+  // merged values where its split is empty (the merges skip it), and takes its partial as
+  // they are on its first split.
   auto fold_split = [&](const float (&m_log2)[2], const float (&sum_share)[2]) {
-    float l[2];
+    float inv[2] = {0.0f, 0.0f}, wa[2] = {0.0f, 0.0f}, wb[2] = {0.0f, 0.0f};
+    bool live[2], first[2] = {false, false};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      l[i] = sum_share[i] + __shfl_xor_sync(0xffffffffu, sum_share[i], 1);
-      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+      float l = sum_share[i] + __shfl_xor_sync(0xffffffffu, sum_share[i], 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      live[i] = l > 0.0f;
+      if (live[i]) {
+        inv[i] = 1.0f / l;
+        // __fmul_rn: the decode side's max and partial are rounded by their stores.
+        first[i] = FoldSplit(fold[i], make_float2(__fmul_rn(m_log2[i], kLn2), l), wa[i], wb[i]);
+      }
     }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (!(l[i] > 0.0f)) continue;  // an empty split: the merges skip it
-      const float inv = 1.0f / l[i];
-      float wa, wb;
-      // __fmul_rn: the decode side's max and partial are rounded by their stores.
-      const bool first = FoldSplit(fold[i], make_float2(__fmul_rn(m_log2[i], kLn2), l[i]), wa, wb);
+    if (!live[0] && !live[1]) return;
+    // Usually both rows fold a partial into merged values (selects only where not).
+    const bool plain = live[0] && live[1] && !first[0] && !first[1];
+    auto fold_pass = [&](auto both_plain) {
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
+        // Before a row's first split its old values are whatever shared memory held: only
+        // selected away, never computed with into a kept value.
+        const float4 old = fold_rows[c * 256];
+        float v[4] = {old.x, old.y, old.z, old.w};
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int reg = 4 * c + 2 * i + e;
-          const float part = __fmul_rn(o_acc[reg], inv);
-          fold_rows[reg * 256] = first ? part : FoldElement(fold_rows[reg * 256], wa, wb, part, false);
+        for (int k = 0; k < 4; ++k) {
+          const int i = k / 2;
+          const float part = __fmul_rn(o_acc[4 * c + k], inv[i]);
+          const float merged = FoldElement(v[k], wa[i], wb[i], part, false);
+          v[k] = both_plain ? merged : !live[i] ? v[k] : first[i] ? part : merged;
         }
+        fold_rows[c * 256] = make_float4(v[0], v[1], v[2], v[3]);
       }
+    };
+    if (plain) {
+      fold_pass(std::true_type{});
+    } else {
+      fold_pass(std::false_type{});
     }
   };
 
@@ -494,7 +514,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     release(k_empty + next_stage);
     // Block b + 1 opens a split (batch-invariant; CTA-uniform): its softmax starts from
     // scratch, and once P V of block b lands the finished split's partial is written.
-    const bool opens = kInvariant && starts_split(b + 1);
+    // (split_keys is the constant kInvariantSplitKeys, a power of two: no division.)
+    const bool opens = kInvariant && multi_split && (block_base + (b + 1) * S::kBlockN) % split_keys == 0;
     float done_max[2], done_sum[2];
     if (opens) {
 #pragma unroll
@@ -576,7 +597,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     // This thread's element `reg` of the row, normalised; rows that see no key are written as
     // zeros, not 0 * o (o may hold 0 * NaN).
     auto value = [&](int reg) {
-      return seen ? (folded ? fold_rows[reg * 256] : o_acc[reg]) * scale * keep : 0.0f;
+      return seen ? (folded ? reinterpret_cast<const float*>(fold_rows + (reg / 4) * 256)[reg % 4] : o_acc[reg]) *
+                        scale * keep
+                  : 0.0f;
     };
     T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + quad * 2;
     if (p.out_vec) {
