@@ -33,6 +33,10 @@ struct BackendTraits {
   // itself, with the same bits as split tasks merging through the workspace (the CPU): the
   // planner then splits only where it pays and never refuses for want of workspace.
   bool invariant_in_task_splits = false;
+  // True where this call's tiles run all their invariant splits in one task, with no
+  // partials in the workspace, but split tasks are the plan where the workspace holds them
+  // (SplitPlanRequest::in_task_splits_if_short; CUDA: the wgmma prefill serves the call).
+  bool invariant_in_task_if_short = false;
 };
 
 namespace cpu {
@@ -50,6 +54,12 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
                      bool kv_fp8);
 void PagedAttention(const PagedAttentionParams& params, const SplitPlan& plan);
 void RaggedAttention(const RaggedAttentionParams& params, const SplitPlan& plan);
+// Batch-invariant calls the wgmma prefill kernel serves (it folds every tile's splits in the
+// CTA, so the workspace needs no partials): the launchers set invariant_in_task_if_short
+// from it. False for every other call. The kernel may still decline at launch (a tensor map
+// the driver refuses); a call planned with one split then throws the workspace error.
+bool InvariantSplitsInCta(const PagedAttentionParams& params);
+bool InvariantSplitsInCta(const RaggedAttentionParams& params);
 // cudaMemsetAsync of the counter region on `stream`.
 void ZeroCounterRegion(void* workspace, void* stream);
 // Copies the device status record to `words` (kStatusWords) on `stream` and synchronises it.

@@ -205,6 +205,7 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.batch_invariant = options.batch_invariant;
   request.invariant_split_keys = traits.invariant_split_keys;
   request.in_task_splits = traits.invariant_in_task_splits;
+  request.in_task_splits_if_short = traits.invariant_in_task_if_short;
   return PlanSplits(request);
 }
 
@@ -415,8 +416,11 @@ SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckPagedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream,
-                                         p.options.batch_invariant, p.kv_storage.fp8_e4m3);
+  BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream,
+                                   p.options.batch_invariant, p.kv_storage.fp8_e4m3);
+  if (p.backend == Backend::kCuda && p.options.batch_invariant) {
+    traits.invariant_in_task_if_short = cuda::InvariantSplitsInCta(p);
+  }
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               p.max_q_len, max_kv, p.options, p.workspace);
 }
@@ -460,8 +464,11 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
-  const BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant,
-                                         p.kv_storage.fp8_e4m3);
+  BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant,
+                                   p.kv_storage.fp8_e4m3);
+  if (p.backend == Backend::kCuda && p.options.batch_invariant) {
+    traits.invariant_in_task_if_short = cuda::InvariantSplitsInCta(p);
+  }
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               max_q, max_kv, p.options, p.workspace);
 }

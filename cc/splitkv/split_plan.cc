@@ -96,6 +96,15 @@ std::string TooSmallMessage(const SplitPlanRequest& r, int64_t num_splits, int64
 
 }  // namespace
 
+void ThrowInvariantWorkspaceTooSmall(const char* op, const LayoutShape& shape, int64_t splits, int64_t split_keys,
+                                     int64_t workspace_bytes) {
+  const std::string needed = TooLargeToCount(shape, splits) ? std::string("more than 2^62")
+                                                            : std::to_string(RequiredWorkspaceBytes(shape, splits));
+  throw WorkspaceError(std::string(op) + ": workspace too small: need " + needed + " bytes for batch_invariant (" +
+                       std::to_string(splits) + " splits of " + std::to_string(split_keys) + " keys), got " +
+                       std::to_string(workspace_bytes) + "; pass a larger workspace");
+}
+
 SplitPlan PlanSplits(const SplitPlanRequest& r) {
   if (r.workspace_bytes < kCounterRegionBytes) {
     throw WorkspaceError(std::string(r.op) + ": workspace too small: need at least " +
@@ -130,20 +139,17 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     const bool pays = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
                                          r.split_block_keys, r.split_merge_blocks, r.short_split_keys,
                                          r.short_split_workers, r.one_wave_splits ? r.num_workers : 0) > 1;
-    if (splits > 1 && !r.in_task_splits && !fits) {
-      const int64_t needed = RequiredWorkspaceBytes(r.layout_shape, splits);
+    if (splits > 1 && !r.in_task_splits && !r.in_task_splits_if_short && !fits) {
       if (!fits_counters(splits)) {
         throw WorkspaceError(std::string(r.op) + ": too many work tiles for the counter region with batch_invariant: need " +
                              std::to_string(RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, splits)) +
                              " counters for " + std::to_string(splits) + " splits, the region holds " +
                              std::to_string(kMaxCounters) + "; use a smaller batch");
       }
-      throw WorkspaceError(std::string(r.op) + ": workspace too small: need " + std::to_string(needed) +
-                           " bytes for batch_invariant (" + std::to_string(splits) + " splits of " +
-                           std::to_string(r.invariant_split_keys) + " keys), got " +
-                           std::to_string(r.workspace_bytes) + "; pass a larger workspace");
+      ThrowInvariantWorkspaceTooSmall(r.op, r.layout_shape, splits, r.invariant_split_keys, r.workspace_bytes);
     }
     plan.num_splits = splits > 1 && fits && (pays || !r.in_task_splits) ? splits : 1;
+    if (plan.num_splits == 1 && splits > 1) plan.invariant_task_splits = splits;
   } else if (r.forced_num_splits >= 1) {
     const int64_t s = r.forced_num_splits;
     if (TooLargeToCount(r.layout_shape, s)) {

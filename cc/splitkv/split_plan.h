@@ -69,6 +69,11 @@ struct SplitPlanRequest {
   bool batch_invariant = false;
   int64_t invariant_split_keys = 0;
   bool in_task_splits = false;
+  // Batch-invariant mode: the backend runs this call's tiles with all their splits in one
+  // task (CUDA: the wgmma prefill kernel folds them in the CTA), so where the workspace cannot
+  // hold every split's partials the plan is 1 split instead of a refusal. Where it can, the
+  // count is ceil(max_kv_len / invariant_split_keys) as without it.
+  bool in_task_splits_if_short = false;
 };
 
 struct SplitPlan {
@@ -79,6 +84,9 @@ struct SplitPlan {
   // Batch-invariant mode: keys per split (split s covers keys [s * this, (s + 1) * this));
   // 0 in the default mode. num_splits is then the launch's split tasks per tile.
   int64_t invariant_split_keys = 0;
+  // Batch-invariant plans of 1 split whose tiles may see more (in_task_splits or
+  // in_task_splits_if_short): the splits a tile may have, which its task runs itself; else 0.
+  int64_t invariant_task_splits = 0;
   WorkspaceLayout layout;
 };
 
@@ -90,6 +98,12 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
                            int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys = 64,
                            int64_t split_merge_blocks = 0, int64_t short_split_keys = 0,
                            int64_t short_split_workers = 0, int64_t resident_workers = 0);
+
+// The WorkspaceError of a batch-invariant call whose workspace cannot hold its `splits`
+// splits' partials: PlanSplits, and a backend whose kernel declined at launch a call planned
+// to run its splits in one task (SplitPlan::invariant_task_splits).
+[[noreturn]] void ThrowInvariantWorkspaceTooSmall(const char* op, const LayoutShape& shape, int64_t splits,
+                                                  int64_t split_keys, int64_t workspace_bytes);
 
 // Chooses num_splits and the workspace layout. A chosen count is lowered until the
 // workspace holds it (1 split needs only the counter region, and no counters). Throws

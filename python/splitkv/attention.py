@@ -132,12 +132,13 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
         (and what it declines) a decode-kernel path that reduces rows in its order (the
         same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 3-12 % and prefill
-        11-17 % against the default (README "Batch invariance"); invariance holds among
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 4-9 % and prefill
+        11-16 % against the default (README "Batch invariance"); invariance holds among
         calls whose K/V rows share one 16-byte alignment. The
-        workspace must hold every split's partials,
-        ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
-        splits in one task when they do not fit.
+        workspace must hold every split's partials, ``ceil(max_kv_len / 1024)`` of them
+        (ValueError otherwise), except where a tile runs its splits in one task: the CPU
+        when they do not fit, and on CUDA the calls the wgmma prefill serves (its CTAs
+        fold the splits), which need only the counter region.
     sinks : torch.Tensor, optional
         Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
         device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
@@ -346,12 +347,13 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
         (and what it declines) a decode-kernel path that reduces rows in its order (the
         same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 3-12 % and prefill
-        11-17 % against the default (README "Batch invariance"); invariance holds among
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 4-9 % and prefill
+        11-16 % against the default (README "Batch invariance"); invariance holds among
         calls whose K/V rows share one 16-byte alignment. The
-        workspace must hold every split's partials,
-        ``ceil(max_kv_len / 1024)`` of them (ValueError otherwise); the CPU runs a tile's
-        splits in one task when they do not fit.
+        workspace must hold every split's partials, ``ceil(max_kv_len / 1024)`` of them
+        (ValueError otherwise), except where a tile runs its splits in one task: the CPU
+        when they do not fit, and on CUDA the calls the wgmma prefill serves (its CTAs
+        fold the splits), which need only the counter region.
     sinks : torch.Tensor, optional
         Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
         device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log

@@ -499,6 +499,7 @@ TEST(InvariantPlanSplitsOrRunsSplitsInTask) {
   r.workspace_bytes = RequiredWorkspaceBytes(r.layout_shape, 31);
   r.in_task_splits = true;
   EXPECT_EQ(int64_t{1}, PlanSplits(r).num_splits);
+  EXPECT_EQ(int64_t{32}, PlanSplits(r).invariant_task_splits);
   // ... else refused, never fewer splits (other bits).
   r.in_task_splits = false;
   bool threw = false;
@@ -506,6 +507,42 @@ TEST(InvariantPlanSplitsOrRunsSplitsInTask) {
     PlanSplits(r);
   } catch (const WorkspaceError& e) {
     threw = std::string(e.what()).find("for batch_invariant (32 splits of 1024 keys)") != std::string::npos;
+  }
+  EXPECT_TRUE(threw);
+}
+
+// A backend that runs a call's splits in one task only where the workspace cannot hold them
+// (CUDA's wgmma prefill): split tasks where they fit, whether or not they pay; one task, with
+// the split count recorded for a refusal at launch, where they do not.
+TEST(InvariantPlanRunsSplitsInTaskOnlyIfShort) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.batch_invariant = true;
+  r.invariant_split_keys = 1024;
+  r.max_kv_len = 32768;
+  r.in_task_splits_if_short = true;
+  r.workspace_bytes = RequiredWorkspaceBytes(r.layout_shape, 32);
+  SplitPlan plan = PlanSplits(r);
+  EXPECT_EQ(int64_t{32}, plan.num_splits);
+  EXPECT_EQ(int64_t{0}, plan.invariant_task_splits);
+  r.workspace_bytes = RequiredWorkspaceBytes(r.layout_shape, 31);
+  plan = PlanSplits(r);
+  EXPECT_EQ(int64_t{1}, plan.num_splits);
+  EXPECT_EQ(int64_t{32}, plan.invariant_task_splits);
+  EXPECT_EQ(RequiredWorkspaceBytes(r.layout_shape, 1), plan.layout.required_bytes);
+  // One split's keys: nothing to run in a task.
+  r.max_kv_len = 1024;
+  plan = PlanSplits(r);
+  EXPECT_EQ(int64_t{1}, plan.num_splits);
+  EXPECT_EQ(int64_t{0}, plan.invariant_task_splits);
+  // The launch-time refusal names what the planner would have.
+  bool threw = false;
+  try {
+    splitkv::ThrowInvariantWorkspaceTooSmall("ragged_attention", r.layout_shape, 32, 1024, 4096);
+  } catch (const WorkspaceError& e) {
+    const std::string what = e.what();
+    threw = what.find("ragged_attention: workspace too small: need " +
+                      std::to_string(RequiredWorkspaceBytes(r.layout_shape, 32)) +
+                      " bytes for batch_invariant (32 splits of 1024 keys), got 4096") != std::string::npos;
   }
   EXPECT_TRUE(threw);
 }

@@ -408,8 +408,9 @@ ROWS = [
                                      torch.ones(1, dtype=torch.int32)]).to(d)),
         "cpu"),
     Row("batch_invariant_workspace_cuda", "ragged",
-        "batch_invariant with a workspace too small for the request's splits (CUDA; the CPU "
-        "runs them in one task instead)", ValueError,
+        "batch_invariant with a workspace too small for the request's splits, a call of decode "
+        "tiles (CUDA; the CPU, and CUDA's sm_90 wgmma prefill for calls of more than 16 rows, "
+        "run a tile's splits in one task instead)", ValueError,
         _R + "workspace too small: need 8389888 bytes for batch_invariant (2 splits of 1024 "
         "keys), got 8388608; pass a larger workspace",
         _invariant_small_workspace, "cuda"),

@@ -252,8 +252,10 @@ def test_long_decode_matches_prefill_rows_cuda(length, group, head_dim):
 def test_workspace_size_and_plan_do_not_change_bits(device):
     """L2: the smallest workspace (no room for split partials: every tile runs its splits in
     its own task) and a large one (split tasks merged through the workspace) give the same
-    bits on the CPU (CUDA refuses the small one); the plan splits long KV at small batch, and
-    a forced num_splits is refused."""
+    bits on the CPU, and on CUDA for the calls the wgmma prefill kernel serves (it folds a
+    tile's splits in its CTA); CUDA refuses the small one for decode tiles (split CTAs merge
+    through the workspace) and for prefills the wgmma kernel does not serve (pages of 4).
+    The plan splits long KV at small batch, and a forced num_splits is refused."""
     harness.require(device)
     lengths = [3000, 2000]
     requests = make_requests(lengths, seed=3)
@@ -271,10 +273,29 @@ def test_workspace_size_and_plan_do_not_change_bits(device):
     with pytest.raises(ValueError, match="num_splits conflicts with batch_invariant: expected None"):
         splitkv.ragged_attention(q, k, v, cu_q, cu_kv, large, num_splits=2, batch_invariant=True)
     if device == "cuda":
-        # No in-task splits on CUDA: a workspace without room for the partials is refused.
+        # Decode tiles split across CTAs: a workspace without room for the partials is refused.
         with pytest.raises(ValueError, match="workspace too small: need .* for batch_invariant"):
             paged(requests, spans, small, device=device)
         harness.assert_counter_region_zero(small)
+        # Prefill-sized calls (1000 rows) on the wgmma kernel need no partials: the same bits.
+        chunks = [(0, 3000, 2500), (1, 2000, 1500)]
+        for x, y in zip(paged(requests, chunks, large, device=device), paged(requests, chunks, small, device=device)):
+            assert_same(x, y)
+        prefill_a = ragged(requests, [(0, 3000, 2500)], large, device=device)
+        prefill_b = ragged(requests, [(0, 3000, 2500)], small, device=device)
+        assert_same(prefill_a[0], prefill_b[0])
+        q500 = requests[0].q[2500:3000].to(device)
+        cu_q500 = harness.cu_seqlens([500], device)
+        plan = splitkv.plan_ragged_attention(q500, k, v, cu_q500, cu_kv, small, batch_invariant=True)
+        assert (plan.num_splits, plan.invariant_split_keys) == (1, SPLIT_KEYS)
+        plan = splitkv.plan_ragged_attention(q500, k, v, cu_q500, cu_kv, large, batch_invariant=True)
+        assert (plan.num_splits, plan.invariant_split_keys) == (3, SPLIT_KEYS)
+        # Pages of 4 slots: the wgmma kernel declines them (its page boxes take 8 or more), and
+        # the decode kernel's split CTAs need the partials.
+        with pytest.raises(ValueError, match="workspace too small: need .* for batch_invariant"):
+            paged(requests, chunks, small, device=device, page_size=4)
+        harness.assert_counter_region_zero(small)
+        harness.assert_counter_region_zero(large)
         return
     b = paged(requests, spans, small, device=device)
     for x, y in zip(a, b):

@@ -97,6 +97,21 @@ void CheckFitsInt32(const char* op, const char* what, int64_t value) {
 }
 
 // The fields both operations fill the same way.
+// The kernels' 16-byte vector flags: q, and the K/V of each kind of call.
+template <typename Params>
+bool QVec(const Params& p) {
+  return Aligned16(p.q) && AllMultiplesOf8({p.q_stride_token, p.q_stride_head});
+}
+bool KvVec(const PagedAttentionParams& p) {
+  return Aligned16(p.k_cache) && Aligned16(p.v_cache) &&
+         AllMultiplesOf8({p.k_stride_page, p.k_stride_head, p.k_stride_slot, p.v_stride_page, p.v_stride_head,
+                          p.v_stride_slot});
+}
+bool KvVec(const RaggedAttentionParams& p) {
+  return Aligned16(p.k) && Aligned16(p.v) &&
+         AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
+}
+
 template <typename Params>
 AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64_t q_tile_tokens, int64_t max_q_len) {
   AttentionKernelParams k;
@@ -131,7 +146,7 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.partials = reinterpret_cast<float*>(base + plan.layout.scratch_offset);
   k.status = reinterpret_cast<uint32_t*>(base + kStatusOffset);
   k.status_host = p.workspace.status_host;
-  k.q_vec = Aligned16(p.q) && AllMultiplesOf8({p.q_stride_token, p.q_stride_head});
+  k.q_vec = QVec(p);
   k.out_vec = Aligned16(p.out) && AllMultiplesOf8({p.out_stride_token, p.out_stride_head});
   return k;
 }
@@ -176,7 +191,39 @@ bool TriesWgmma(bool invariant, const TileChoice& tile, int64_t group, int64_t m
          WgmmaOrderFamily(tile, head_dim, kv_fp8, kv_vec, op);
 }
 
+// A batch-invariant call planned to run its tiles' splits in the wgmma kernel's CTAs (no
+// partials in the workspace: InvariantSplitsInCta) that the kernel declined at launch (a
+// tensor map the driver refused): the split kernels would need the partials, so the call is
+// refused, as the planner refuses a workspace too small, before anything is enqueued.
+void RefuseUnservedTaskSplits(const char* op, const SplitPlan& plan, const LayoutShape& shape,
+                              int64_t workspace_bytes) {
+  if (plan.invariant_task_splits > 1) {
+    ThrowInvariantWorkspaceTooSmall(op, shape, plan.invariant_task_splits, plan.invariant_split_keys,
+                                    workspace_bytes);
+  }
+}
+
+// InvariantSplitsInCta: the calls TriesWgmma sends to the wgmma kernel that its launch would
+// serve (prefill_sm90.h).
+template <typename Params>
+bool InvariantInCta(const Params& p, int64_t max_q_len, const char* op) {
+  if (!p.options.batch_invariant) return false;
+  const int64_t group = p.num_qo_heads / p.num_kv_heads;
+  const bool kv_fp8 = p.kv_storage.fp8_e4m3, kv_vec = KvVec(p);
+  const TileChoice tile = TileFor(true, group, max_q_len, kv_fp8, op);
+  return TriesWgmma(true, tile, group, max_q_len, p.head_dim, kv_fp8, kv_vec, op);
+}
+
 }  // namespace
+
+bool InvariantSplitsInCta(const PagedAttentionParams& p) {
+  return InvariantInCta(p, p.max_q_len, kPagedOp) && PagedPrefillSm90ServesInvariant(p, QVec(p), KvVec(p), kPagedOp);
+}
+
+bool InvariantSplitsInCta(const RaggedAttentionParams& p) {
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
+  return InvariantInCta(p, max_q, kRaggedOp) && RaggedPrefillSm90ServesInvariant(p, QVec(p), KvVec(p), kRaggedOp);
+}
 
 bool Available() { return true; }
 
@@ -238,9 +285,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   int log2 = 0;
   while ((int64_t{1} << log2) < p.page_size) ++log2;
   kv.page_size_log2 = log2;
-  k.kv_vec = Aligned16(p.k_cache) && Aligned16(p.v_cache) &&
-             AllMultiplesOf8({p.k_stride_page, p.k_stride_head, p.k_stride_slot, p.v_stride_page, p.v_stride_head,
-                              p.v_stride_slot});
+  k.kv_vec = KvVec(p);
   // Hopper decode tiles fetch page runs through tensor maps where they apply (tensor_map.h).
   PagedKvMaps maps{};  // box_rows 0: row copies
   if (tile.kind == TileKind::kDecode && k.kv_vec && DeviceRunsSm90a(kPagedOp)) {
@@ -254,6 +299,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
       LaunchPagedPrefillSm90(p, plan, k, kv, stream, kPagedOp)) {
     return;
   }
+  RefuseUnservedTaskSplits(kPagedOp, plan, k.layout_shape, p.workspace.bytes);
   // The plan was sized by Traits() for this tile kind and head_dim: its workers are the split
   // grid's CTAs that fit on the device at once.
   const int64_t workers = plan.num_workers;
@@ -289,8 +335,7 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
   kv.v_stride_token = p.v_stride_token;
   kv.v_stride_head = p.v_stride_head;
   kv.cu_seqlens_kv = p.cu_seqlens_kv;
-  k.kv_vec = Aligned16(p.k) && Aligned16(p.v) &&
-             AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
+  k.kv_vec = KvVec(p);
   auto stream = static_cast<cudaStream_t>(p.stream);
   // Hopper: the wgmma + TMA kernel (prefill_sm90.h) when it serves the call, else mma.sync;
   // batch-invariant calls as TriesWgmma says (the plan's decode tiles run where it declines).
@@ -299,6 +344,7 @@ void RaggedAttention(const RaggedAttentionParams& p, const SplitPlan& plan) {
       LaunchRaggedPrefillSm90(p, plan, k, stream, kRaggedOp)) {
     return;
   }
+  RefuseUnservedTaskSplits(kRaggedOp, plan, k.layout_shape, p.workspace.bytes);
   const int64_t workers = plan.num_workers;
   switch (p.head_dim) {
     case 64: return LaunchRagged<64>(p.dtype, tile.kind, k, kv, plan.num_tiles, workers, stream, kRaggedOp);

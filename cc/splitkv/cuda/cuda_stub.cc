@@ -18,6 +18,8 @@ bool Available() { return false; }
 BackendTraits Traits(int64_t, int64_t, int64_t, void*, bool, bool) { Absent("splitkv"); }
 void PagedAttention(const PagedAttentionParams&, const SplitPlan&) { Absent("paged_attention"); }
 void RaggedAttention(const RaggedAttentionParams&, const SplitPlan&) { Absent("ragged_attention"); }
+bool InvariantSplitsInCta(const PagedAttentionParams&) { Absent("paged_attention"); }
+bool InvariantSplitsInCta(const RaggedAttentionParams&) { Absent("ragged_attention"); }
 void ZeroCounterRegion(void*, void*) { Absent("reset_counter_region"); }
 void ReadStatusRecord(const void*, void*, uint32_t*) { Absent("check_workspace_status"); }
 void MergeStates(const MergeStatesParams&) { Absent("merge_states"); }

@@ -137,11 +137,56 @@ bool DeviceRunsSm90a(const char* op) {
   return known[device] == 1;
 }
 
+namespace {
+
+// The checks of the launches below before their tensor maps are encoded.
+bool RaggedServes(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                  const char* op, PrefillSm90Params& params, int64_t& num_ctas) {
+  return p.total_kv >= 1 && Serves(p, plan, k, op, params, num_ctas);
+}
+// One query per request (no cu_seqlens_q) is a decode call: decode tiles, never here. The
+// page maps are the decode kernel's (boxes of min(page_size, 64) slots: a power of two
+// dividing the 128- or 64-key block), so a serving loop's decode and prefill calls share the
+// cached encoding; pages under 8 slots, or caches the maps cannot describe, get none.
+bool PagedServes(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                 const char* op, PrefillSm90Params& params, int64_t& num_ctas, PagedKvMaps& maps) {
+  if (p.cu_seqlens_q == nullptr || !Serves(p, plan, k, op, params, num_ctas)) return false;
+  maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
+  return maps.box_rows >= 8 && PrefillSm90BlockKeys(static_cast<int>(p.head_dim)) % maps.box_rows == 0;
+}
+// A batch-invariant plan as the launchers make it, and the kernel params Serves() reads.
+SplitPlan InvariantPlan() {
+  SplitPlan plan;
+  plan.invariant_split_keys = kInvariantSplitKeys;
+  return plan;
+}
+AttentionKernelParams VecFlags(bool q_vec, bool kv_vec) {
+  AttentionKernelParams k{};
+  k.q_vec = q_vec;
+  k.kv_vec = kv_vec;
+  return k;
+}
+
+}  // namespace
+
+bool RaggedPrefillSm90ServesInvariant(const RaggedAttentionParams& p, bool q_vec, bool kv_vec, const char* op) {
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  return RaggedServes(p, InvariantPlan(), VecFlags(q_vec, kv_vec), op, params, num_ctas);
+}
+
+bool PagedPrefillSm90ServesInvariant(const PagedAttentionParams& p, bool q_vec, bool kv_vec, const char* op) {
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  PagedKvMaps maps{};
+  return PagedServes(p, InvariantPlan(), VecFlags(q_vec, kv_vec), op, params, num_ctas, maps);
+}
+
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op) {
   PrefillSm90Params params;
   int64_t num_ctas = 0;
-  if (p.total_kv < 1 || !Serves(p, plan, k, op, params, num_ctas)) return false;
+  if (!RaggedServes(p, plan, k, op, params, num_ctas)) return false;
   const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));
   CUtensorMap tm_q, tm_k, tm_v;
   if (!EncodeQ(&tm_q, p, params) ||
@@ -160,13 +205,8 @@ bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan
                             const PagedKvParams& kv, cudaStream_t stream, const char* op) {
   PrefillSm90Params params;
   int64_t num_ctas = 0;
-  // One query per request (no cu_seqlens_q) is a decode call: decode tiles, never here.
-  if (p.cu_seqlens_q == nullptr || !Serves(p, plan, k, op, params, num_ctas)) return false;
-  // The decode kernel's maps (boxes of min(page_size, 64) slots: a power of two dividing the
-  // 128- or 64-key block), so a serving loop's decode and prefill calls share the cached
-  // encoding. Pages under 8 slots, or caches the maps cannot describe, get none.
-  const PagedKvMaps maps = PagedKvMapsFor(p, DecodeBlockKeys(static_cast<int>(p.head_dim)));
-  if (maps.box_rows < 8 || PrefillSm90BlockKeys(static_cast<int>(p.head_dim)) % maps.box_rows != 0) return false;
+  PagedKvMaps maps{};
+  if (!PagedServes(p, plan, k, op, params, num_ctas, maps)) return false;
   CUtensorMap tm_q;
   if (!EncodeQ(&tm_q, p, params)) return false;
   params.paged = kv;

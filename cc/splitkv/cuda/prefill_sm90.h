@@ -31,6 +31,12 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
 bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                             const PagedKvParams& kv, cudaStream_t stream, const char* op);
 
+// Whether the two launches above would serve a batch-invariant call of these params (the
+// same checks, given the q and K/V 16-byte vector flags), short of encoding the tensor maps,
+// which only the launch does: a map the driver refuses is the one way they can differ.
+bool RaggedPrefillSm90ServesInvariant(const RaggedAttentionParams& p, bool q_vec, bool kv_vec, const char* op);
+bool PagedPrefillSm90ServesInvariant(const PagedAttentionParams& p, bool q_vec, bool kv_vec, const char* op);
+
 }  // namespace splitkv::cuda
 
 #endif  // SPLITKV_CUDA_PREFILL_SM90_H_
