@@ -51,7 +51,7 @@ def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     impls = ["splitkv"] if "--nofa3" in argv else ["splitkv", "fa3"] if timed else [args.pop(0)]
     gen = torch.Generator(device="cuda").manual_seed(0)
-    workspace = splitkv.Workspace(1 << 30, "cuda")  # batch_invariant ragged calls reserve partials
+    workspace = splitkv.Workspace(1 << 30, "cuda")  # room for invariant partials where a call needs them
     for spec in args:
         if spec == "trace":
             case = shapes.trace_prefill(os.path.join(_ROOT, _TRACE), 16)
