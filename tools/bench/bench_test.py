@@ -32,13 +32,15 @@ def main():
     for row in rows:
         assert _FIELDS <= set(row), sorted(_FIELDS - set(row))
     splitkv_rows = [r for r in rows if r["impl"].startswith("splitkv")]
-    # 2 decode cases (one with 2 page sizes): splitkv and sinks rows each, an fp8 row for the
-    # bfloat16 one; 2 prefill cases: ragged and paged rows each, ragged fp8 and paged fp8 rows
-    # for the bfloat16 one; merge: 1 split, planned, 2 forced.
-    assert len(splitkv_rows) == 3 * 2 + 1 + 2 * 2 + 2 + 3, [(r["shape"], r["impl"]) for r in splitkv_rows]
+    # 2 decode cases (one with 2 page sizes): splitkv, sinks and batch_invariant rows each, an
+    # fp8 row for the bfloat16 one; 2 prefill cases: ragged, batch_invariant and paged rows each,
+    # ragged fp8 and paged fp8 rows for the bfloat16 one; merge: 1 split, planned, 2 forced.
+    assert len(splitkv_rows) == 3 * 3 + 1 + 2 * 3 + 2 + 3, [(r["shape"], r["impl"]) for r in splitkv_rows]
     impls = {(r["section"], r["dtype"], r["impl"]) for r in splitkv_rows}
     assert {("prefill", "bfloat16", name) for name in
-            ("splitkv", "splitkv fp8", "splitkv paged", "splitkv paged fp8")} <= impls, impls
+            ("splitkv", "splitkv invariant", "splitkv fp8", "splitkv paged", "splitkv paged fp8")} <= impls, impls
+    invariant = [r for r in splitkv_rows if r["impl"] == "splitkv invariant"]
+    assert len(invariant) == 5 and all("x the splitkv row's time" in r["note"] for r in invariant), invariant
     for row in splitkv_rows:
         assert row["status"] == "ok" and row["within_tolerance"], row
         assert row["seconds"] > 0 and row["bytes_per_s"] > 0 and row["flops_per_s"] > 0, row

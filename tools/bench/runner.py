@@ -176,6 +176,10 @@ def run_decode(ctx, case):
         rows.append(_measure(ctx, case, dtype, "splitkv sinks", peers.splitkv_paged(sinks=sinks),
                              paged, sinks_sample, {}, page_size=page_size, splitkv_row=True))
         _note_ratio(rows[-1], base)
+        # batch_invariant=True beside the default (issue 16: the bench shows what it costs).
+        rows.append(_measure(ctx, case, dtype, "splitkv invariant", peers.splitkv_paged(batch_invariant=True),
+                             paged, sample, sdpa_ref, page_size=page_size, splitkv_row=True))
+        _note_ratio(rows[-1], base)
         if dtype in inputs.FP8_Q_DTYPES:  # an fp8 cache of the same values, and FlashInfer's
             fp8 = [inputs.fp8_paged_copy(p) for p in paged]
             rows.append(_measure(ctx, case, dtype, "splitkv fp8",
@@ -226,6 +230,9 @@ def run_prefill(ctx, case):
     rows.append(_measure(ctx, case, dtype, "splitkv", peers.splitkv_ragged(), copies, sample, sdpa_ref,
                          splitkv_row=True))
     base = rows[-1]
+    rows.append(_measure(ctx, case, dtype, "splitkv invariant", peers.splitkv_ragged(batch_invariant=True),
+                         copies, sample, sdpa_ref, splitkv_row=True))
+    _note_ratio(rows[-1], base)
     fp8 = dtype in inputs.FP8_Q_DTYPES
     if fp8:  # the same K/V values as fp8 (issue 17: fp8 prefill's speed in the bench)
         rows.append(_measure(ctx, case, dtype, "splitkv fp8", peers.splitkv_ragged(inputs.FP8_SCALE),
