@@ -105,6 +105,18 @@ void ThrowInvariantWorkspaceTooSmall(const char* op, const LayoutShape& shape, i
                        std::to_string(workspace_bytes) + "; pass a larger workspace");
 }
 
+void ThrowInvariantCountersTooFew(const char* op, int64_t counters, int64_t splits) {
+  throw WorkspaceError(std::string(op) + ": too many work tiles for the counter region with batch_invariant: need " +
+                       std::to_string(counters) + " counters for " + std::to_string(splits) +
+                       " splits, the region holds " + std::to_string(kMaxCounters) + "; use a smaller batch");
+}
+
+void ThrowInvariantTaskSplitsRefused(const char* op, const LayoutShape& shape, int64_t num_tiles, int64_t splits,
+                                     int64_t split_keys, int64_t workspace_bytes) {
+  if (Fits(shape, splits, workspace_bytes)) ThrowInvariantCountersTooFew(op, num_tiles, splits);
+  ThrowInvariantWorkspaceTooSmall(op, shape, splits, split_keys, workspace_bytes);
+}
+
 SplitPlan PlanSplits(const SplitPlanRequest& r) {
   if (r.workspace_bytes < kCounterRegionBytes) {
     throw WorkspaceError(std::string(r.op) + ": workspace too small: need at least " +
@@ -141,10 +153,8 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
                                          r.short_split_workers, r.one_wave_splits ? r.num_workers : 0) > 1;
     if (splits > 1 && !r.in_task_splits && !r.in_task_splits_if_short && !fits) {
       if (!fits_counters(splits)) {
-        throw WorkspaceError(std::string(r.op) + ": too many work tiles for the counter region with batch_invariant: need " +
-                             std::to_string(RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, splits)) +
-                             " counters for " + std::to_string(splits) + " splits, the region holds " +
-                             std::to_string(kMaxCounters) + "; use a smaller batch");
+        ThrowInvariantCountersTooFew(r.op, RequiredCounters(r.batch_size, r.num_kv_heads, plan.max_q_tiles, splits),
+                                     splits);
       }
       ThrowInvariantWorkspaceTooSmall(r.op, r.layout_shape, splits, r.invariant_split_keys, r.workspace_bytes);
     }

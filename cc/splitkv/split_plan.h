@@ -104,6 +104,12 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
 // to run its splits in one task (SplitPlan::invariant_task_splits).
 [[noreturn]] void ThrowInvariantWorkspaceTooSmall(const char* op, const LayoutShape& shape, int64_t splits,
                                                   int64_t split_keys, int64_t workspace_bytes);
+// The same for the counter region: `counters` needed for `splits` splits.
+[[noreturn]] void ThrowInvariantCountersTooFew(const char* op, int64_t counters, int64_t splits);
+// A backend's refusal at launch of a plan of SplitPlan::invariant_task_splits its kernel
+// declined: the counters' message where the partials' bytes fit, else the workspace's.
+[[noreturn]] void ThrowInvariantTaskSplitsRefused(const char* op, const LayoutShape& shape, int64_t num_tiles,
+                                                  int64_t splits, int64_t split_keys, int64_t workspace_bytes);
 
 // Chooses num_splits and the workspace layout. A chosen count is lowered until the
 // workspace holds it (1 split needs only the counter region, and no counters). Throws

@@ -545,6 +545,22 @@ TEST(InvariantPlanRunsSplitsInTaskOnlyIfShort) {
                       " bytes for batch_invariant (32 splits of 1024 keys), got 4096") != std::string::npos;
   }
   EXPECT_TRUE(threw);
+  // ... and where the partials' bytes fit, the counters were what the plan could not hold.
+  threw = false;
+  try {
+    splitkv::ThrowInvariantTaskSplitsRefused("ragged_attention", r.layout_shape, 3000000, 32, 1024, int64_t{1} << 40);
+  } catch (const WorkspaceError& e) {
+    threw = std::string(e.what()).find("ragged_attention: too many work tiles for the counter region with "
+                                       "batch_invariant: need 3000000 counters for 32 splits") != std::string::npos;
+  }
+  EXPECT_TRUE(threw);
+  threw = false;
+  try {
+    splitkv::ThrowInvariantTaskSplitsRefused("ragged_attention", r.layout_shape, 8, 32, 1024, 4096);
+  } catch (const WorkspaceError& e) {
+    threw = std::string(e.what()).find("workspace too small") != std::string::npos;
+  }
+  EXPECT_TRUE(threw);
 }
 
 }  // namespace

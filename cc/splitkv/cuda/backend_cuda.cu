@@ -198,7 +198,7 @@ bool TriesWgmma(bool invariant, const TileChoice& tile, int64_t group, int64_t m
 void RefuseUnservedTaskSplits(const char* op, const SplitPlan& plan, const LayoutShape& shape,
                               int64_t workspace_bytes) {
   if (plan.invariant_task_splits > 1) {
-    ThrowInvariantWorkspaceTooSmall(op, shape, plan.invariant_task_splits, plan.invariant_split_keys,
+    ThrowInvariantTaskSplitsRefused(op, shape, plan.num_tiles, plan.invariant_task_splits, plan.invariant_split_keys,
                                     workspace_bytes);
   }
 }
