@@ -182,6 +182,13 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     int64_t s = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
                                    r.split_block_keys, r.split_merge_blocks, r.short_split_keys,
                                    r.short_split_workers, r.one_wave_splits ? r.num_workers : 0);
+    // Measured from 2048 keys up: shorter requests keep the heuristic's plan.
+    constexpr int64_t kTailSplitMinKeys = 1024;
+    const int64_t tail = r.tail_split_workers;
+    if (s == 1 && tail > 0 && plan.num_tiles > tail && 2 * plan.num_tiles <= 3 * tail && r.max_splits >= 2 &&
+        r.max_kv_len >= 2 * std::max(r.min_keys_per_split, kTailSplitMinKeys)) {
+      s = 2;  // a one-split grid just past a wave: two splits (SplitPlanRequest::tail_split_workers)
+    }
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }

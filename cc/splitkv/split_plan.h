@@ -61,6 +61,15 @@ struct SplitPlanRequest {
   // only, not each CTA's fixed cost, so without this cap it chose grids of many waves of
   // short CTAs (the GPU decode kernel sets it; split_plan.cc).
   bool one_wave_splits = false;
+  // Resident CTAs of a kernel whose one-split grid loses to two splits when it spills just
+  // past one wave (0: no such rule): tiles in (tail_split_workers, 1.5 x tail_split_workers]
+  // plan 2 splits where the heuristic plans 1. The CUDA decode kernel at head_dim 64 (16-bit
+  // K/V) sets it: a CTA carries half head_dim 128's bytes a key, so the lone CTAs of a
+  // thin second wave leave the copy engines idle (H200, gpt-oss heads 64 / 8, 512 tiles at 3
+  // an SM: 64 x 2048 / 4096 / 8192 88.2 / 167.8 / 325.9 us at 1 split, 83.2 / 146.5 / 274.3 at
+  // 2; 48 x 4096 (384 tiles), 96 x 4096 (768) and head_dim 128 at 512 tiles keep 1 split
+  // fastest; docs/perf_log.md 2026-12-02, session 23).
+  int64_t tail_split_workers = 0;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size
   // Batch-invariant mode: splits of invariant_split_keys keys at absolute positions; the

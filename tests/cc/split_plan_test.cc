@@ -511,6 +511,36 @@ TEST(InvariantPlanSplitsOrRunsSplitsInTask) {
   EXPECT_TRUE(threw);
 }
 
+// tail_split_workers: a one-split grid just past one wave of resident CTAs (up to 1.5 waves)
+// plans 2 splits; below a wave, past 1.5 waves, or without the field, the heuristic's 1.
+TEST(TailSplitWorkersSplitAThinSecondWave) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.max_kv_len = 4096;
+  r.num_workers = 396;  // 132 SMs x 3 CTAs
+  r.tail_split_workers = 396;
+  auto planned = [&](int64_t batch) {
+    r.batch_size = batch;
+    r.layout_shape = LayoutShape{batch, 64, 64};
+    return PlanSplits(r).num_splits;
+  };
+  EXPECT_EQ(int64_t{1}, planned(48));   // 384 tiles: within one wave
+  EXPECT_EQ(int64_t{2}, planned(50));   // 400 tiles: just past it
+  EXPECT_EQ(int64_t{2}, planned(64));   // 512 tiles (measured: 2 splits 13 % faster at 4096 keys)
+  EXPECT_EQ(int64_t{2}, planned(74));   // 592 tiles <= 1.5 x 396
+  EXPECT_EQ(int64_t{1}, planned(75));   // 600 tiles: a second wave more than half full
+  EXPECT_EQ(int64_t{1}, planned(96));   // 768 tiles (measured: 1 split fastest)
+  r.max_kv_len = 2047;  // below the measured lengths (2048 keys and up)
+  EXPECT_EQ(int64_t{1}, planned(64));
+  r.max_kv_len = 2048;
+  EXPECT_EQ(int64_t{2}, planned(64));
+  r.max_kv_len = 4096;
+  r.workspace_bytes = RequiredWorkspaceBytes(LayoutShape{64, 64, 64}, 2) - 1;  // no room: 1
+  EXPECT_EQ(int64_t{1}, planned(64));
+  r.workspace_bytes = int64_t{1} << 32;
+  r.tail_split_workers = 0;
+  EXPECT_EQ(int64_t{1}, planned(64));
+}
+
 // A backend that runs a call's splits in one task only where the workspace cannot hold them
 // (CUDA's wgmma prefill): split tasks where they fit, whether or not they pay; one task, with
 // the split count recorded for a refusal at launch, where they do not.

@@ -246,6 +246,9 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
       traits.short_split_keys = kDecodeShortSplitKeys;
       traits.short_split_workers = workers.sm_count;
     }
+    // head_dim 64's CTAs carry half the bytes a key: a thin second wave of them idles the
+    // copy engines (measured on 16-bit K/V only; split_plan.h).
+    if (head_dim == 64 && !kv_fp8) traits.tail_split_workers = traits.num_workers;
   }
   traits.min_keys_per_split = tile.kind == TileKind::kDecode ? kDecodeMinKeysPerSplit : 256;
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;
