@@ -96,7 +96,6 @@ void CheckFitsInt32(const char* op, const char* what, int64_t value) {
   }
 }
 
-// The fields both operations fill the same way.
 // The kernels' 16-byte vector flags: q, and the K/V of each kind of call.
 template <typename Params>
 bool QVec(const Params& p) {
@@ -112,6 +111,7 @@ bool KvVec(const RaggedAttentionParams& p) {
          AllMultiplesOf8({p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head});
 }
 
+// The fields both operations fill the same way.
 template <typename Params>
 AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64_t q_tile_tokens, int64_t max_q_len) {
   AttentionKernelParams k;
@@ -203,26 +203,26 @@ void RefuseUnservedTaskSplits(const char* op, const SplitPlan& plan, const Layou
   }
 }
 
-// InvariantSplitsInCta: the calls TriesWgmma sends to the wgmma kernel that its launch would
-// serve (prefill_sm90.h).
-template <typename Params>
-bool InvariantInCta(const Params& p, int64_t max_q_len, const char* op) {
+// InvariantSplitsInCta: the batch-invariant calls TriesWgmma sends to the wgmma kernel
+// (whose own checks, `serves`, follow: prefill_sm90.h), with the vector flags computed once.
+template <typename Params, typename Serves>
+bool InvariantInCta(const Params& p, int64_t max_q_len, const char* op, Serves serves) {
   if (!p.options.batch_invariant) return false;
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const bool kv_fp8 = p.kv_storage.fp8_e4m3, kv_vec = KvVec(p);
   const TileChoice tile = TileFor(true, group, max_q_len, kv_fp8, op);
-  return TriesWgmma(true, tile, group, max_q_len, p.head_dim, kv_fp8, kv_vec, op);
+  return TriesWgmma(true, tile, group, max_q_len, p.head_dim, kv_fp8, kv_vec, op) && serves(p, QVec(p), kv_vec, op);
 }
 
 }  // namespace
 
 bool InvariantSplitsInCta(const PagedAttentionParams& p) {
-  return InvariantInCta(p, p.max_q_len, kPagedOp) && PagedPrefillSm90ServesInvariant(p, QVec(p), KvVec(p), kPagedOp);
+  return InvariantInCta(p, p.max_q_len, kPagedOp, PagedPrefillSm90ServesInvariant);
 }
 
 bool InvariantSplitsInCta(const RaggedAttentionParams& p) {
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
-  return InvariantInCta(p, max_q, kRaggedOp) && RaggedPrefillSm90ServesInvariant(p, QVec(p), KvVec(p), kRaggedOp);
+  return InvariantInCta(p, max_q, kRaggedOp, RaggedPrefillSm90ServesInvariant);
 }
 
 bool Available() { return true; }
