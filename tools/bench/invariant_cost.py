@@ -6,7 +6,7 @@ wall time on the CPU).
     PYTHONPATH=bazel-bin/python python3 tools/bench/invariant_cost.py --device=cpu
 
 Shapes: bf16, 32 qo / 8 kv heads, head_dim 128, page 16 (the bench's main shape); paged
-decode B x L (every request L keys) and causal ragged prefill B x L. Prints one row per case:
+decode B x L (every request L keys) and causal ragged prefill B x L (--kinds picks). Prints one row per case:
 microseconds per call in each mode and the invariant mode's slowdown in percent.
 """
 
@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import splitkv  # noqa: E402
 from tools.bench.timing import time_calls  # noqa: E402
 
-_DECODE = [(1, 32768), (8, 4096), (16, 8192), (64, 4096)]
+_DECODE = [(1, 32768), (1, 131072), (8, 4096), (16, 4096), (16, 8192), (24, 8192), (64, 4096)]
 _PREFILL = [(1, 4096), (4, 4096), (8, 2048), (1, 16384)]
 _CPU_DECODE = [(1, 8192), (8, 2048)]
 _CPU_PREFILL = [(1, 2048)]
@@ -62,11 +62,16 @@ def main():
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--workspace_mb", type=int, default=8192)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--kinds", default="decode,prefill", help="Comma-separated: decode, prefill.")
     args = parser.parse_args()
+    kinds = set(args.kinds.split(","))
+    if not kinds <= {"decode", "prefill"}:
+        parser.error(f"--kinds invalid: expected a comma-separated subset of decode,prefill, got {args.kinds!r}")
     device = torch.device(args.device)
     workspace = splitkv.Workspace(args.workspace_mb << 20, device)
     cases = ([("decode", b, n, _decode_calls) for b, n in (_DECODE if device.type == "cuda" else _CPU_DECODE)] +
              [("prefill", b, n, _prefill_calls) for b, n in (_PREFILL if device.type == "cuda" else _CPU_PREFILL)])
+    cases = [c for c in cases if c[0] in kinds]
     print(f"{'case':<22}{'default us':>12}{'invariant us':>14}{'cost':>9}")
     for kind, batch, length, make in cases:
         call = make(batch, length, device, workspace)
