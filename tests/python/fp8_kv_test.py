@@ -80,6 +80,26 @@ def test_paged_fp8_matches_reference(device, case):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_paged_fp8_prefill_many_blocks(device, head_dim, num_splits):
+    """Chunked prefill over an fp8 cache: query chunks of 97-160 tokens (prefill tiles) over
+    up to 700 keys, many key blocks with a short last one and page tails past seq_len (on
+    CUDA the mma.sync kernel streams the bytes by cp.async and converts each block before
+    its mma), causal with a window, per-head scales."""
+    harness.require(device, torch.bfloat16, head_dim)
+    problem = harness.make_paged([700, 161, 333], page_size=16, group=4, head_dim=head_dim,
+                                 dtype=torch.bfloat16, q_lens=[160, 161, 97], device=device, seed=12)
+    k_scale = _scales(True, 2, 1)
+    v_scale = _scales(True, 2, 2)
+    problem.kv_cache, problem.keys, problem.values = _quantised_paged(problem, k_scale, v_scale)
+    workspace = harness.shared_workspace(device)
+    harness.fill_garbage(workspace)
+    harness.run_and_check(problem, workspace, dict(window_left=300), poison_out=True, num_splits=num_splits,
+                          k_scale=k_scale.to(device), v_scale=v_scale.to(device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_ragged_fp8_with_sinks(device, num_splits):
     harness.require(device, torch.bfloat16)

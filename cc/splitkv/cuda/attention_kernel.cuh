@@ -98,24 +98,12 @@ __device__ __forceinline__ void Fp8x4ToHalf2x2(uint32_t w, uint32_t& lo, uint32_
 #endif
 }
 
-// 8 fp8 elements to 8 of T in shared memory, exactly (every e4m3 value is a float16 and a
-// bfloat16 value; the kv head's scales are applied by the kernel: k_scale with sm_scale,
-// v_scale to the output), by a synchronous load (no cp.async: the bytes change form on the
-// way), 8-byte when `vec`.
+// 8 fp8 elements (two words, the first element in word[0]'s low byte) to 8 of T, exactly
+// (every e4m3 value is a float16 and a bfloat16 value; the kv head's scales are applied by
+// the kernel: k_scale with sm_scale, v_scale to the output). The mma.sync kernel's one
+// dequantisation, for both of its ways to load an fp8 block (CopyChunk, ConvertFp8KvBlock).
 template <typename T>
-__device__ __forceinline__ void CopyChunk(T* dst, const Fp8E4M3* src, bool vec) {
-  uint32_t word[2];
-  if (vec) {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
-    word[0] = w.x, word[1] = w.y;
-  } else {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(src);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      word[h] = uint32_t{bytes[4 * h]} | uint32_t{bytes[4 * h + 1]} << 8 | uint32_t{bytes[4 * h + 2]} << 16 |
-                uint32_t{bytes[4 * h + 3]} << 24;
-    }
-  }
+__device__ __forceinline__ uint4 Fp8ChunkTo(const uint32_t (&word)[2]) {
   uint32_t packed[4];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   // The hardware's pair conversion (exact), then float16 to T (exact: the same values). The
@@ -137,7 +125,26 @@ __device__ __forceinline__ void CopyChunk(T* dst, const Fp8E4M3* src, bool vec) 
     packed[e] = PackPair<T>(Fp8E4M3ToFloat(w & 0xffu), Fp8E4M3ToFloat((w >> 8) & 0xffu));
   }
 #endif
-  *reinterpret_cast<uint4*>(dst) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  return make_uint4(packed[0], packed[1], packed[2], packed[3]);
+}
+
+// 8 fp8 elements to 8 of T in shared memory by a synchronous load, 8-byte when `vec`: the
+// rows that are not 8-byte aligned (aligned ones stream through LoadFp8KvBlockAsync).
+template <typename T>
+__device__ __forceinline__ void CopyChunk(T* dst, const Fp8E4M3* src, bool vec) {
+  uint32_t word[2];
+  if (vec) {
+    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    word[0] = w.x, word[1] = w.y;
+  } else {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(src);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      word[h] = uint32_t{bytes[4 * h]} | uint32_t{bytes[4 * h + 1]} << 8 | uint32_t{bytes[4 * h + 2]} << 16 |
+                uint32_t{bytes[4 * h + 3]} << 24;
+    }
+  }
+  *reinterpret_cast<uint4*>(dst) = Fp8ChunkTo<T>(word);
 }
 
 template <typename T>
@@ -186,6 +193,59 @@ __device__ __forceinline__ void LoadKvBlock(T* s_k, T* s_v, const KvSource& kv, 
       kv.Rows(j0 + r, key, value);
       CopyChunk(s_k + offset, key + c * 8, vec);
       CopyChunk(s_v + offset, value + c * 8, vec);
+    } else {
+      ZeroChunk(s_k + offset);
+      ZeroChunk(s_v + offset);
+    }
+  }
+}
+
+// An fp8 cache's keys j0 .. j0 + kRows - 1 as their bytes, into staging tiles of [kRows]
+// [kHeadDim] bytes, by 8-byte cp.async (rows 8-byte aligned: p.kv_vec), so the block is in
+// flight while the CTA works on the one before (a synchronous load, converting on the way,
+// stalled every thread for the whole load each block: fp8 prefill ran at 1/6.5 of bf16's
+// speed on the H200). Keys at or past key_end are not fetched; ConvertFp8KvBlock zeroes them.
+template <int kHeadDim, int kRows, typename KvSource>
+__device__ __forceinline__ void LoadFp8KvBlockAsync(uint8_t* s_k8, uint8_t* s_v8, const KvSource& kv, int j0,
+                                                    int key_end) {
+  constexpr int kChunks = kHeadDim / 8;
+  constexpr int kStep = kThreads / kChunks;
+  static_assert(kRows % kStep == 0, "rows must split evenly over the CTA");
+  const int c = threadIdx.x % kChunks;
+#pragma unroll 4
+  for (int i = 0; i < kRows / kStep; ++i) {
+    const int r = threadIdx.x / kChunks + i * kStep;
+    if (j0 + r < key_end) {
+      const Fp8E4M3* key;
+      const Fp8E4M3* value;
+      kv.Rows(j0 + r, key, value);
+      CpAsync8(s_k8 + r * kHeadDim + c * 8, key + c * 8);
+      CpAsync8(s_v8 + r * kHeadDim + c * 8, value + c * 8);
+    }
+  }
+}
+
+// A staged fp8 block (LoadFp8KvBlockAsync, landed) into the K and V tiles the mma reads
+// (LoadKvBlock's layout and values); keys at or past key_end become zeros. Each thread
+// converts exactly the chunks it staged, so its own cp.async wait suffices before it; one
+// CTA barrier after it publishes the tiles (which the previous block's reads, ended by a
+// barrier, no longer need).
+template <typename T, int kHeadDim, int kRows>
+__device__ __forceinline__ void ConvertFp8KvBlock(T* s_k, T* s_v, const uint8_t* s_k8, const uint8_t* s_v8, int j0,
+                                                  int key_end) {
+  constexpr int kChunks = kHeadDim / 8;
+  constexpr int kStep = kThreads / kChunks;
+  const int c = threadIdx.x % kChunks;
+#pragma unroll 4
+  for (int i = 0; i < kRows / kStep; ++i) {
+    const int r = threadIdx.x / kChunks + i * kStep;
+    const int offset = SwizzledOffset<kHeadDim>(r, c * 8);
+    if (j0 + r < key_end) {
+      const uint2 k = *reinterpret_cast<const uint2*>(s_k8 + r * kHeadDim + c * 8);
+      const uint2 v = *reinterpret_cast<const uint2*>(s_v8 + r * kHeadDim + c * 8);
+      const uint32_t kw[2] = {k.x, k.y}, vw[2] = {v.x, v.y};
+      *reinterpret_cast<uint4*>(s_k + offset) = Fp8ChunkTo<T>(kw);
+      *reinterpret_cast<uint4*>(s_v + offset) = Fp8ChunkTo<T>(vw);
     } else {
       ZeroChunk(s_k + offset);
       ZeroChunk(s_v + offset);
@@ -339,6 +399,12 @@ __global__ void __launch_bounds__(kThreads)
   const int q_begin = tq.q_begin, q_len = tq.q_len, first = tq.first, num_tokens = tq.num_tokens;
   const KvSourceT<T> kv(kv_params, request, kv_head);
   const int kv_len = kv.kv_len;
+  // An fp8 cache in 8-byte aligned rows streams its bytes into kStages staging blocks (stage
+  // st's K at s_kv8 + 2 st kKvElems bytes, V after it) and converts each block into one pair
+  // of K/V tiles at s_kv before its mma (LoadFp8KvBlockAsync, ConvertFp8KvBlock): the tiles'
+  // 4 kKvElems bytes plus the stages' 2 kStages kKvElems fit in the 16-bit stages' 4 kStages
+  // kKvElems (kStages >= 2).
+  [[maybe_unused]] uint8_t* const s_kv8 = reinterpret_cast<uint8_t*>(s_kv + 2 * S::kKvElems);
   // An fp8 cache's scales, for this kv head: k_scale joins sm_scale (the logits are
   // q . k_stored x k_scale x sm_scale), v_scale multiplies the output rows before they are
   // written (out is linear in V, partials and merge included).
@@ -373,6 +439,13 @@ __global__ void __launch_bounds__(kThreads)
         },
         p.q_vec);
     auto load_kv = [&](int block, int stage) {
+      if constexpr (kFp8) {
+        if (p.kv_vec) {
+          uint8_t* const s_k8 = s_kv8 + stage * 2 * S::kKvElems;
+          LoadFp8KvBlockAsync<D, S::kBlockN>(s_k8, s_k8 + S::kKvElems, kv, key_begin + block * S::kBlockN, key_end);
+          return;
+        }
+      }
       T* s_k = s_kv + stage * 2 * S::kKvElems;
       LoadKvBlock<T, D, S::kBlockN>(s_k, s_k + S::kKvElems, kv, key_begin + block * S::kBlockN, key_end, p.kv_vec);
     };
@@ -413,8 +486,16 @@ __global__ void __launch_bounds__(kThreads)
       if (ahead < num_blocks) load_kv(ahead, ahead % S::kStages);
       CpAsyncCommit();
       CpAsyncWait<S::kStages - 1>();
-      __syncthreads();
       const T* s_k = s_kv + (block % S::kStages) * 2 * S::kKvElems;
+      if constexpr (kFp8) {
+        if (p.kv_vec) {
+          const uint8_t* const s_k8 = s_kv8 + (block % S::kStages) * 2 * S::kKvElems;
+          ConvertFp8KvBlock<T, D, S::kBlockN>(s_kv, s_kv + S::kKvElems, s_k8, s_k8 + S::kKvElems,
+                                              key_begin + block * S::kBlockN, key_end);
+          s_k = s_kv;
+        }
+      }
+      __syncthreads();
       const T* s_v = s_k + S::kKvElems;
       const int key0 = wn * S::kKeysPerWarp;  // this warp's first key within the block
       const int j_warp = key_begin + block * S::kBlockN + key0;
