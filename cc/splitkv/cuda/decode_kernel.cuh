@@ -127,7 +127,13 @@ struct BulkDecodeShape {
   // The stages come first, at a base aligned to the swizzle's 1024-byte atom (the slack is
   // allocated); Q follows them.
   static constexpr size_t kAlign = kPageTma ? 1024 : 16;
-  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems) * 2 + kAlign;
+  // kWgmmaOrder by tensor copies (kSharedLogits): the block's logits, [kBlockN / 8 column
+  // tiles][32 lanes][4] floats after Q (each warp computes a quarter of them; every warp reads
+  // them all). Row copies' padded stages leave no room for them at two CTAs an SM: there every
+  // warp computes the whole block's logits (the same values).
+  static constexpr bool kSharedLogits = kWgmmaOrder && kPageTma;
+  static constexpr size_t kLogitBytes = kSharedLogits ? size_t{kRows} * kBlockN * 4 : 0;
+  static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems) * 2 + kLogitBytes + kAlign;
   static constexpr size_t kEpilogueBytes =
       (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4 + kAlign;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
@@ -299,6 +305,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // What the mma multiplies: float16 over an fp8 cache (exact), else T.
   using M = std::conditional_t<S::kFp8, __half, T>;
   M* const s_q = reinterpret_cast<M*>(s_kv + S::kSlots * S::kKvElems);
+  [[maybe_unused]] float* const s_logits = reinterpret_cast<float*>(s_q + S::kQElems);  // kWgmmaOrder
   __shared__ float s_q_scale[S::kFp8 ? S::kRows : 1];
 
   // The barriers are set up (and the tensor maps fetched) while seq_lens is in flight: the
@@ -586,22 +593,56 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       const T* const s_k = s_kv + (part_k % S::kStages) * S::kKvElems;
       T* const s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
       MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
+      // One chain a column tile, k-steps in order (the wgmma kernel's issue_s). kSharedLogits:
+      // warp w computes column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31) and stores them where
+      // lane `lane` of every warp reads them back: the same chains on the same operands, so
+      // every thread ends with the values it would have computed for the whole block itself
+      // (H200: see docs/perf_log.md 2026-12-02, session 24).
       float s[kSRegs];
+      if constexpr (S::kSharedLogits) {
+        constexpr int kWarpNPairs = S::kBlockN / 16 / S::kWarpsN;  // 16-key column pairs a warp
+        float sw[kWarpNPairs * 8];
 #pragma unroll
-      for (int e = 0; e < kSRegs; ++e) s[e] = 0.0f;
-      // One chain a column tile, k-steps in order (the wgmma kernel's issue_s).
+        for (int e = 0; e < kWarpNPairs * 8; ++e) sw[e] = 0.0f;
 #pragma unroll
-      for (int ks = 0; ks < S::kKSteps; ++ks) {
+        for (int ks = 0; ks < S::kKSteps; ++ks) {
 #pragma unroll
-        for (int np = 0; np < S::kBlockN / 16; ++np) {
-          uint32_t b[4];
-          LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
-          Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np), q_frag[ks], b[0], b[1]);
-          Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np + 4), q_frag[ks], b[2], b[3]);
+          for (int u = 0; u < kWarpNPairs; ++u) {
+            const int np = warp * kWarpNPairs + u;
+            uint32_t b[4];
+            LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
+            Mma16816<T>(*reinterpret_cast<float(*)[4]>(sw + 8 * u), q_frag[ks], b[0], b[1]);
+            Mma16816<T>(*reinterpret_cast<float(*)[4]>(sw + 8 * u + 4), q_frag[ks], b[2], b[3]);
+          }
         }
+#pragma unroll
+        for (int c = 0; c < 2 * kWarpNPairs; ++c) {
+          *reinterpret_cast<float4*>(s_logits + ((warp * 2 * kWarpNPairs + c) * 32 + lane) * 4) =
+              make_float4(sw[4 * c], sw[4 * c + 1], sw[4 * c + 2], sw[4 * c + 3]);
+        }
+        __syncthreads();  // every warp has read K and stored its logits
+        load_part(part_k + S::kStages);  // K's buffer takes the stream's next part
+#pragma unroll
+        for (int c = 0; c < kSRegs / 4; ++c) {
+          const float4 v = *reinterpret_cast<const float4*>(s_logits + (c * 32 + lane) * 4);
+          s[4 * c] = v.x, s[4 * c + 1] = v.y, s[4 * c + 2] = v.z, s[4 * c + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < kSRegs; ++e) s[e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < S::kKSteps; ++ks) {
+#pragma unroll
+          for (int np = 0; np < S::kBlockN / 16; ++np) {
+            uint32_t b[4];
+            LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
+            Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np), q_frag[ks], b[0], b[1]);
+            Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np + 4), q_frag[ks], b[2], b[3]);
+          }
+        }
+        __syncthreads();  // every warp has read K: its buffer takes the stream's next part
+        load_part(part_k + S::kStages);
       }
-      __syncthreads();  // every warp has read K: its buffer takes the stream's next part
-      load_part(part_k + S::kStages);
 
       // The prefill's softmax and packing (block_softmax.cuh), the same functions.
       float alpha[2];
