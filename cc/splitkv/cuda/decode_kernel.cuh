@@ -40,9 +40,11 @@
 //    warp's rows into a float16 buffer and read that with ldmatrix: the stores, reloads and
 //    the warp's waits on them kept fp8 decode at 0.90-1.09x the bf16 call's time.
 //  - batch-invariant calls at head_dim 64/128 over 16-bit K/V (kWgmmaOrder) reduce every row
-//    in the wgmma prefill kernel's order instead: one S chain over the whole 128-key block a
-//    warp, the prefill's softmax, a quarter of head_dim a warp in P V, so a token gets the
-//    same bits from a decode as from a prefill (see that path's comment).
+//    in the wgmma prefill kernel's order instead: the whole 128-key block's S in every thread
+//    in the wgmma accumulator layout (one k-step chain a column tile, a quarter of the tiles a
+//    warp, exchanged through shared memory), the prefill's softmax, a quarter of head_dim a
+//    warp in P V, so a token gets the same bits from a decode as from a prefill (see that
+//    path's comment).
 // Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
 // runs AttentionKernel.
 #ifndef SPLITKV_CUDA_DECODE_KERNEL_CUH_
@@ -567,9 +569,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     // ---- every row in the wgmma prefill kernel's order (batch-invariant calls) ----
     // tools/gpu/mma_bits_probe.cu showed an mma.sync k-step chain and a wgmma one giving the
     // same fp32 bits element by element on the H200. So this path repeats, per row, exactly
-    // the float work of prefill_sm90.cuh's consumers: each warp computes S for the whole
-    // 128-key block in one chain of k-steps (the accumulator layout of thread (g, t) is then
-    // that of a wgmma thread: columns 8 c + 2 t, + 1 of rows g, g + 8), runs the prefill's
+    // the float work of prefill_sm90.cuh's consumers: every thread holds S for the whole
+    // 128-key block, each column tile from one chain of k-steps (the accumulator layout of
+    // thread (g, t) is then that of a wgmma thread: columns 8 c + 2 t, + 1 of rows g, g + 8;
+    // the warps compute a quarter of the tiles each and exchange them), runs the prefill's
     // softmax on it (the max over raw logits, exp2 of one FMA, four sum chains, the same
     // rescale), and takes a quarter of head_dim in P V, 8 k-steps in key order onto its
     // columns. Every warp holds the same row max and sum; none is merged across warps.
