@@ -152,17 +152,25 @@ __device__ __forceinline__ void ZeroChunk(T* dst) {
   *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
 }
 
-// Copies kRows rows of kHeadDim elements into a swizzled shared tile; row_ptr(r) gives the
-// global row or nullptr (the row becomes zeros).
-template <typename T, int kHeadDim, int kRows, typename RowPtr>
-__device__ __forceinline__ void LoadRows(T* smem, const RowPtr& row_ptr, bool vec) {
+// Calls chunk(r, c) for this thread's 8-element chunks of a [kRows][kHeadDim] tile: chunk c
+// = threadIdx % (kHeadDim / 8) of every (kThreads / chunks)-th row, so a warp's chunks are
+// adjacent. The loop is unrolled only partly: full unrolling of 16+ rows held every row's
+// addresses in registers and spilled.
+template <int kHeadDim, int kRows, typename Chunk>
+__device__ __forceinline__ void ForEachChunk(const Chunk& chunk) {
   constexpr int kChunks = kHeadDim / 8;
   constexpr int kStep = kThreads / kChunks;
   static_assert(kRows % kStep == 0, "rows must split evenly over the CTA");
   const int c = threadIdx.x % kChunks;
 #pragma unroll 4
-  for (int i = 0; i < kRows / kStep; ++i) {
-    const int r = threadIdx.x / kChunks + i * kStep;
+  for (int i = 0; i < kRows / kStep; ++i) chunk(static_cast<int>(threadIdx.x / kChunks + i * kStep), c);
+}
+
+// Copies kRows rows of kHeadDim elements into a swizzled shared tile; row_ptr(r) gives the
+// global row or nullptr (the row becomes zeros).
+template <typename T, int kHeadDim, int kRows, typename RowPtr>
+__device__ __forceinline__ void LoadRows(T* smem, const RowPtr& row_ptr, bool vec) {
+  ForEachChunk<kHeadDim, kRows>([&](int r, int c) {
     const T* src = row_ptr(r);
     T* dst = smem + SwizzledOffset<kHeadDim>(r, c * 8);
     if (src == nullptr) {
@@ -170,22 +178,15 @@ __device__ __forceinline__ void LoadRows(T* smem, const RowPtr& row_ptr, bool ve
     } else {
       CopyChunk(dst, src + c * 8, vec);
     }
-  }
+  });
 }
 
 // Keys j0 .. j0 + kRows - 1 into the K and V tiles; keys at or past key_end become zeros, so
 // nothing outside the split's range (a page tail, a page past seq_len) can reach a result.
-// K and V of one key share one page-table lookup. The loop is unrolled only partly: full
-// unrolling of 16+ rows held every row's addresses in registers and spilled.
+// K and V of one key share one page-table lookup.
 template <typename T, int kHeadDim, int kRows, typename KvSource>
 __device__ __forceinline__ void LoadKvBlock(T* s_k, T* s_v, const KvSource& kv, int j0, int key_end, bool vec) {
-  constexpr int kChunks = kHeadDim / 8;
-  constexpr int kStep = kThreads / kChunks;
-  static_assert(kRows % kStep == 0, "rows must split evenly over the CTA");
-  const int c = threadIdx.x % kChunks;
-#pragma unroll 4
-  for (int i = 0; i < kRows / kStep; ++i) {
-    const int r = threadIdx.x / kChunks + i * kStep;
+  ForEachChunk<kHeadDim, kRows>([&](int r, int c) {
     const int offset = SwizzledOffset<kHeadDim>(r, c * 8);
     if (j0 + r < key_end) {
       const typename KvSource::Elem* key;
@@ -197,7 +198,7 @@ __device__ __forceinline__ void LoadKvBlock(T* s_k, T* s_v, const KvSource& kv, 
       ZeroChunk(s_k + offset);
       ZeroChunk(s_v + offset);
     }
-  }
+  });
 }
 
 // An fp8 cache's keys j0 .. j0 + kRows - 1 as their bytes, into staging tiles of [kRows]
@@ -208,13 +209,7 @@ __device__ __forceinline__ void LoadKvBlock(T* s_k, T* s_v, const KvSource& kv, 
 template <int kHeadDim, int kRows, typename KvSource>
 __device__ __forceinline__ void LoadFp8KvBlockAsync(uint8_t* s_k8, uint8_t* s_v8, const KvSource& kv, int j0,
                                                     int key_end) {
-  constexpr int kChunks = kHeadDim / 8;
-  constexpr int kStep = kThreads / kChunks;
-  static_assert(kRows % kStep == 0, "rows must split evenly over the CTA");
-  const int c = threadIdx.x % kChunks;
-#pragma unroll 4
-  for (int i = 0; i < kRows / kStep; ++i) {
-    const int r = threadIdx.x / kChunks + i * kStep;
+  ForEachChunk<kHeadDim, kRows>([&](int r, int c) {
     if (j0 + r < key_end) {
       const Fp8E4M3* key;
       const Fp8E4M3* value;
@@ -222,23 +217,19 @@ __device__ __forceinline__ void LoadFp8KvBlockAsync(uint8_t* s_k8, uint8_t* s_v8
       CpAsync8(s_k8 + r * kHeadDim + c * 8, key + c * 8);
       CpAsync8(s_v8 + r * kHeadDim + c * 8, value + c * 8);
     }
-  }
+  });
 }
 
 // A staged fp8 block (LoadFp8KvBlockAsync, landed) into the K and V tiles the mma reads
 // (LoadKvBlock's layout and values); keys at or past key_end become zeros. Each thread
-// converts exactly the chunks it staged, so its own cp.async wait suffices before it; one
+// converts exactly the chunks it staged (the same ForEachChunk walk), so its own cp.async
+// wait suffices before it; one
 // CTA barrier after it publishes the tiles (which the previous block's reads, ended by a
 // barrier, no longer need).
 template <typename T, int kHeadDim, int kRows>
 __device__ __forceinline__ void ConvertFp8KvBlock(T* s_k, T* s_v, const uint8_t* s_k8, const uint8_t* s_v8, int j0,
                                                   int key_end) {
-  constexpr int kChunks = kHeadDim / 8;
-  constexpr int kStep = kThreads / kChunks;
-  const int c = threadIdx.x % kChunks;
-#pragma unroll 4
-  for (int i = 0; i < kRows / kStep; ++i) {
-    const int r = threadIdx.x / kChunks + i * kStep;
+  ForEachChunk<kHeadDim, kRows>([&](int r, int c) {
     const int offset = SwizzledOffset<kHeadDim>(r, c * 8);
     if (j0 + r < key_end) {
       const uint2 k = *reinterpret_cast<const uint2*>(s_k8 + r * kHeadDim + c * 8);
@@ -250,7 +241,7 @@ __device__ __forceinline__ void ConvertFp8KvBlock(T* s_k, T* s_v, const uint8_t*
       ZeroChunk(s_k + offset);
       ZeroChunk(s_v + offset);
     }
-  }
+  });
 }
 
 // The local key position of query 0 of `request` (q_len queries, kv_len keys): kv_len - q_len
