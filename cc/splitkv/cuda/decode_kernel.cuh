@@ -596,28 +596,33 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       const T* const s_k = s_kv + (part_k % S::kStages) * S::kKvElems;
       T* const s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
       MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
-      // One chain a column tile, k-steps in order (the wgmma kernel's issue_s). kSharedLogits:
-      // warp w computes column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31) and stores them where
-      // lane `lane` of every warp reads them back: the same chains on the same operands, so
-      // every thread ends with the values it would have computed for the whole block itself
-      // (H200: see docs/perf_log.md 2026-12-02, session 24).
+      // S's 16-key column pairs np0 .. np0 + kPairs - 1 into dst (8 floats a pair): one chain a
+      // column tile, k-steps in order (the wgmma kernel's issue_s).
+      auto s_pairs = [&](auto pairs, int np0, float* dst) {
+        constexpr int kPairs = decltype(pairs)::value;
+#pragma unroll
+        for (int e = 0; e < kPairs * 8; ++e) dst[e] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < S::kKSteps; ++ks) {
+#pragma unroll
+          for (int u = 0; u < kPairs; ++u) {
+            uint32_t b[4];
+            LdMatrixX4(b, s_k + KvOffset<S>(k_row + (np0 + u) * 16, ks * 2 + k_bit, row7));
+            Mma16816<T>(*reinterpret_cast<float(*)[4]>(dst + 8 * u), q_frag[ks], b[0], b[1]);
+            Mma16816<T>(*reinterpret_cast<float(*)[4]>(dst + 8 * u + 4), q_frag[ks], b[2], b[3]);
+          }
+        }
+      };
+      // kSharedLogits: warp w computes column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31) and
+      // stores them where lane `lane` of every warp reads them back: the same chains on the
+      // same operands, so every thread ends with the values it would have computed for the
+      // whole block itself (H200: see docs/perf_log.md 2026-12-02, session 24). Otherwise
+      // every warp computes the whole block's.
       float s[kSRegs];
       if constexpr (S::kSharedLogits) {
         constexpr int kWarpNPairs = S::kBlockN / 16 / S::kWarpsN;  // 16-key column pairs a warp
         float sw[kWarpNPairs * 8];
-#pragma unroll
-        for (int e = 0; e < kWarpNPairs * 8; ++e) sw[e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < S::kKSteps; ++ks) {
-#pragma unroll
-          for (int u = 0; u < kWarpNPairs; ++u) {
-            const int np = warp * kWarpNPairs + u;
-            uint32_t b[4];
-            LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
-            Mma16816<T>(*reinterpret_cast<float(*)[4]>(sw + 8 * u), q_frag[ks], b[0], b[1]);
-            Mma16816<T>(*reinterpret_cast<float(*)[4]>(sw + 8 * u + 4), q_frag[ks], b[2], b[3]);
-          }
-        }
+        s_pairs(std::integral_constant<int, kWarpNPairs>{}, warp * kWarpNPairs, sw);
 #pragma unroll
         for (int c = 0; c < 2 * kWarpNPairs; ++c) {
           *reinterpret_cast<float4*>(s_logits + ((warp * 2 * kWarpNPairs + c) * 32 + lane) * 4) =
@@ -631,18 +636,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
           s[4 * c] = v.x, s[4 * c + 1] = v.y, s[4 * c + 2] = v.z, s[4 * c + 3] = v.w;
         }
       } else {
-#pragma unroll
-        for (int e = 0; e < kSRegs; ++e) s[e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < S::kKSteps; ++ks) {
-#pragma unroll
-          for (int np = 0; np < S::kBlockN / 16; ++np) {
-            uint32_t b[4];
-            LdMatrixX4(b, s_k + KvOffset<S>(k_row + np * 16, ks * 2 + k_bit, row7));
-            Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np), q_frag[ks], b[0], b[1]);
-            Mma16816<T>(*reinterpret_cast<float(*)[4]>(s + 8 * np + 4), q_frag[ks], b[2], b[3]);
-          }
-        }
+        s_pairs(std::integral_constant<int, S::kBlockN / 16>{}, 0, s);
         __syncthreads();  // every warp has read K: its buffer takes the stream's next part
         load_part(part_k + S::kStages);
       }
