@@ -6,8 +6,10 @@ and a quick same-process timing of both.
     python3 tools/gpu/prefill_profile.py --time 1x16384 4x4096      # both, CUDA graphs, TFLOP/s
     python3 tools/gpu/prefill_profile.py --time --nofa3 trace       # splitkv alone (A/B of builds)
     python3 tools/gpu/prefill_profile.py --invariant splitkv 1x4096 # batch_invariant=True calls
+    python3 tools/gpu/prefill_profile.py --time --nofa3 --head_dim=64 4x4096   # head_dim 64 or 256
 
-A shape is BATCHxLEN (q_len == kv_len; bf16, 32 qo / 8 kv heads, head_dim 128), or `trace`: the
+A shape is BATCHxLEN (q_len == kv_len; bf16, 32 qo / 8 kv heads, head_dim 128 unless --head_dim
+says otherwise: FA3's wheel has head_dim 128 only), or `trace`: the
 bench's 16 prompt lengths drawn from the conversation trace (tools/bench/shapes.py). FA3 needs
 flash_attn_interface on the path (tools/gpu/install_peers.sh). With --time each call is timed
 over rotated input copies (tools/bench/timing.py) and both outputs are compared with each
@@ -50,14 +52,15 @@ def main(argv):
     timed = "--time" in argv
     args = [a for a in argv if not a.startswith("--")]
     impls = ["splitkv"] if "--nofa3" in argv else ["splitkv", "fa3"] if timed else [args.pop(0)]
+    head_dim = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--head_dim=")), shapes.HEAD_DIM)
     gen = torch.Generator(device="cuda").manual_seed(0)
     workspace = splitkv.Workspace(1 << 30, "cuda")  # room for invariant partials where a call needs them
     for spec in args:
         if spec == "trace":
-            case = shapes.trace_prefill(os.path.join(_ROOT, _TRACE), 16)
+            case = shapes.trace_prefill(os.path.join(_ROOT, _TRACE), 16, head_dim=head_dim)
         else:
             batch, length = (int(x) for x in spec.split("x"))
-            case = shapes.PrefillCase((length,) * batch, spec)
+            case = shapes.PrefillCase((length,) * batch, spec, head_dim=head_dim)
         copies = inputs.prefill_copies(case, torch.bfloat16, torch.device("cuda", 0), 4 if timed else 1, gen)
         results = {}
         for impl in impls:
