@@ -22,6 +22,7 @@ Both paths launch the same work with the same params; only the host time differs
 import math
 
 import torch
+from torch.autograd.graph import increment_version
 
 from splitkv import _checks
 from splitkv import _splitkv
@@ -127,6 +128,7 @@ def _outputs(op, q, out, return_lse, launch):
     if out is not None:
         _operand(op, "out", out, q, 3, "[total_q, num_qo_heads, head_dim]")
         _checks.same_shape(op, "out", out, "q", q)
+        _checks.writable_out(op, out)
     elif launch:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = None
@@ -443,6 +445,29 @@ def _option_key(*options):
     return options, tuple(map(type, options))
 
 
+def _value_signature(x):
+    """tensor_signature of a tensor whose values the call reads or writes, with its neg bit
+    (a negated view has the layout of any other tensor; the full path refuses it)."""
+    return tensor_signature(x), x.is_neg()
+
+
+def _out_key(out):
+    """The key's part for a caller's out; raises (sending the call to the full path, which
+    refuses it) for an out torch forbids writing in place."""
+    if out is None:
+        return None
+    if out.requires_grad or (out.is_inference() and not torch.is_inference_mode_enabled()):
+        raise ValueError("out not writable in place")
+    return _value_signature(out)
+
+
+def _written(out):
+    """Marks a caller's out as written in place (its version counter, as torch's own out=
+    ops do), so autograd refuses a graph that saved its old values."""
+    if out is not None:
+        increment_version(out)
+
+
 def _extras(sinks, k_scale, v_scale, kv_offsets=None, full_seq_lens=None):
     """The key's part for sinks, scales, kv_offsets and full_seq_lens: None without any (the
     usual case, and cheap); else their layouts (tensor_signature) or values and types, never
@@ -450,7 +475,7 @@ def _extras(sinks, k_scale, v_scale, kv_offsets=None, full_seq_lens=None):
     if (sinks is None and k_scale is None and v_scale is None and kv_offsets is None
             and full_seq_lens is None):
         return None
-    return (None if sinks is None else tensor_signature(sinks),
+    return (None if sinks is None else _value_signature(sinks),
             _tensor_or_value(k_scale), k_scale.__class__,
             _tensor_or_value(v_scale), v_scale.__class__,
             None if kv_offsets is None else tensor_signature(kv_offsets),
@@ -461,23 +486,22 @@ def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seql
                options, extras):
     # tensor_signature of each tensor, written out flat: one call fewer per tensor.
     if kv_cache.__class__ is tuple or kv_cache.__class__ is list:
-        kv = (len(kv_cache),) + tuple(tensor_signature(x) for x in kv_cache)
+        kv = (len(kv_cache),) + tuple(_value_signature(x) for x in kv_cache)
     else:
         kv = (kv_cache.__class__, kv_cache.shape, kv_cache.stride(), kv_cache.dtype,
-              kv_cache.device)
-    return (PAGED, q.__class__, q.shape, q.stride(), q.dtype, q.device, kv,
+              kv_cache.device, kv_cache.is_neg())
+    return (PAGED, q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(), kv,
             block_tables.__class__, block_tables.shape, block_tables.stride(), block_tables.dtype,
             block_tables.device, seq_lens.__class__, seq_lens.shape, seq_lens.stride(),
             seq_lens.dtype, seq_lens.device,
             None if cu_seqlens_q is None else tensor_signature(cu_seqlens_q),
-            None if out is None else tensor_signature(out),
-            workspace_signature, options, extras)
+            _out_key(out), workspace_signature, options, extras)
 
 
 def _tensor_or_value(x):
     """A hashable stand-in for an option that may be a tensor (a per-head scale): its
     layout, never its identity or values (both change from call to call)."""
-    return ("tensor",) + tensor_signature(x) if isinstance(x, torch.Tensor) else x
+    return ("tensor",) + _value_signature(x) if isinstance(x, torch.Tensor) else x
 
 
 def _scale_tensors(k_scale, v_scale):
@@ -526,6 +550,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                      0 if lse is None else lse.data_ptr())
         if _launch(op, layout, addresses, workspace, view, _call_max_q_len(layout, cu_seqlens_q, True),
                    k_scale, v_scale):
+            _written(out)
             return result, lse
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
@@ -537,6 +562,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                                      out, max_q_len, sinks, kv_offsets, full_seq_lens, k_scale,
                                      v_scale))
     run(op, _splitkv.LaunchPagedAttention, params, q, workspace)
+    _written(out)
     return new_out, lse
 
 
@@ -557,14 +583,13 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
 
 
 def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options, extras):
-    return (RAGGED, q.__class__, q.shape, q.stride(), q.dtype, q.device,
-            k.__class__, k.shape, k.stride(), k.dtype, k.device,
-            v.__class__, v.shape, v.stride(), v.dtype, v.device,
+    return (RAGGED, q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
+            k.__class__, k.shape, k.stride(), k.dtype, k.device, k.is_neg(),
+            v.__class__, v.shape, v.stride(), v.dtype, v.device, v.is_neg(),
             cu_seqlens_q.__class__, cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype,
             cu_seqlens_q.device, cu_seqlens_kv.__class__, cu_seqlens_kv.shape,
             cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.device,
-            None if out is None else tensor_signature(out),
-            workspace_signature, options, extras)
+            _out_key(out), workspace_signature, options, extras)
 
 
 def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
@@ -588,6 +613,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                      0 if lse is None else lse.data_ptr())
         if _launch(op, layout, addresses, workspace, view, _call_max_q_len(layout, cu_seqlens_q, False),
                    k_scale, v_scale):
+            _written(out)
             return result, lse
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
@@ -599,4 +625,5 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                                 *_scale_tensors(k_scale, v_scale), out), max_q_len,
                                cu_seqlens_q))
     run(op, _splitkv.LaunchRaggedAttention, params, q, workspace)
+    _written(out)
     return new_out, lse

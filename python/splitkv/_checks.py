@@ -33,7 +33,28 @@ def fail(op, arg, problem, expected, got, fix=None, error=ValueError):
 def tensor(op, name, x):
     if not isinstance(x, torch.Tensor):
         fail(op, name, "has the wrong type", "a torch.Tensor", type(x).__name__, error=TypeError)
+    not_negated(op, name, x)
     return x
+
+
+def not_negated(op, name, x):
+    """Refuses a negated view (``x.is_neg()``, e.g. ``torch.conj(c).imag``): its memory holds
+    -x, and the launchers read and write memory."""
+    if x.is_neg():
+        fail(op, name, "is a negated view", "a tensor whose memory holds its values",
+             "is_neg() == True", f"pass {name}.resolve_neg()")
+
+
+def writable_out(op, x):
+    """Refuses an ``out`` that torch forbids writing in place: one that requires grad (the
+    call records no gradient) or an inference tensor outside inference mode."""
+    if x.requires_grad:
+        fail(op, "out", "requires grad", "out.requires_grad == False (splitkv's calls record no "
+             "gradient)", "out.requires_grad == True")
+    if x.is_inference() and not torch.is_inference_mode_enabled():
+        fail(op, "out", "is an inference tensor outside inference mode",
+             "a tensor writable in place here", "out.is_inference() == True",
+             "call inside torch.inference_mode() or pass another out")
 
 
 def attention_dtype(op, name, x):
@@ -149,6 +170,7 @@ def kv_scale(op, name, scale, fp8, kv_dtype_, num_kv_heads, q):
              "a float or a float32 tensor [num_kv_heads] with a torch.float8_e4m3fn KV cache",
              None)
     if isinstance(scale, torch.Tensor):
+        not_negated(op, name, scale)
         if scale.dtype != torch.float32:
             fail(op, name, "dtype unsupported", "torch.float32", scale.dtype, f"pass {name}.float()",
                  error=TypeError)

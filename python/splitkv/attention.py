@@ -116,7 +116,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         Also return the log-sum-exp.
     out : torch.Tensor, optional
         ``[total_q, num_qo_heads, head_dim]``, q's dtype and device, last dimension dense:
-        written in place and returned. Default: a new tensor.
+        written in place and returned; its version counter moves, as with torch's own out=
+        ops. Not one that requires grad, nor an inference tensor outside inference mode.
+        Default: a new tensor.
     max_q_len : int, optional
         Keyword-only upper bound on q_len over requests. Default None: 1, or computed on
         the host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid
@@ -206,7 +208,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
         batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
-        ``[num_kv_heads]``), a non-dense last dimension, or an unknown kv_layout; an fp8
+        ``[num_kv_heads]``), a non-dense last dimension, a negated view (``is_neg()``), an
+        ``out`` that requires grad or is an inference tensor outside inference mode, or an
+        unknown kv_layout; an fp8
         cache without ``k_scale``/``v_scale``, a scale without one, a non-finite scale;
         ``kv_offsets`` without ``full_seq_lens`` or the reverse; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
@@ -328,7 +332,9 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         Also return the log-sum-exp.
     out : torch.Tensor, optional
         ``[total_q, num_qo_heads, head_dim]``, q's dtype and device, last dimension dense:
-        written in place and returned. Default: a new tensor.
+        written in place and returned; its version counter moves, as with torch's own out=
+        ops. Not one that requires grad, nor an inference tensor outside inference mode.
+        Default: a new tensor.
     max_q_len : int, optional
         Keyword-only upper bound on q_len over requests (ValueError below the longest
         query on the CPU; on CUDA, which does not read cu_seqlens_q on the host, the rows
@@ -394,8 +400,10 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
         batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
-        ``[num_kv_heads]``), a non-dense last dimension; an fp8 k/v without
-        ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and from the C++ core: num_qo_heads not
+        ``[num_kv_heads]``), a non-dense last dimension, a negated view (``is_neg()``), an
+        ``out`` that requires grad or is an inference tensor outside inference mode; an fp8
+        k/v without ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and
+        from the C++ core: num_qo_heads not
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at
         total_q / total_kv, a workspace too small (for the counter region or a forced
         num_splits), misaligned, its counter region corrupted, or in use by another

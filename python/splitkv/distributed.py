@@ -168,6 +168,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
     Raises
     ------
     TypeError, ValueError
+        group neither None nor a ProcessGroup (TypeError);
         block_tables, seq_lens, kv_offsets or full_seq_lens not int32 ``[batch_size]`` on
         q's device (before any launch); then as :func:`splitkv.paged_attention` for this
         rank's arguments, including, on the CPU, a shard outside its request
@@ -186,6 +187,10 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
     ...     window_left=127, sinks=sinks)
     """
     _check(q, block_tables, seq_lens, kv_offsets, full_seq_lens)
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        _checks.fail(_OP, "group", "has the wrong type",
+                     "None (the default group) or a torch.distributed.ProcessGroup",
+                     type(group).__name__, error=TypeError)
     return_lse = _checks.flag(_OP, "return_lse", return_lse)  # the local call always returns it
     if sinks is not None:
         _checks.sinks(_OP, sinks, q)  # on every rank, though only rank 0 passes them on

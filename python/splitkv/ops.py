@@ -68,7 +68,11 @@ def _launch(op, launcher, params, q, lse, workspace):
     _calls.run(op, launcher, params, q, workspace)
 
 
-def _either(value, tensor):
+def _either(op, name, value, tensor):
+    """The op's (float, tensor) pair of a scale as one argument; both given is refused."""
+    if value is not None and tensor is not None:
+        _checks.fail(op, name, "given twice", f"either the float {name} or the tensor {name}s",
+                     f"{name}={value!r} and a {name}s tensor")
     return tensor if tensor is not None else value
 
 
@@ -95,8 +99,10 @@ def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Te
     params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, False, out, max_q_len,
-        launch=True, batch_invariant=batch_invariant, sinks=sinks, k_scale=_either(k_scale, k_scales),
-        v_scale=_either(v_scale, v_scales), kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
+        launch=True, batch_invariant=batch_invariant, sinks=sinks,
+        k_scale=_either(_PAGED, "k_scale", k_scale, k_scales),
+        v_scale=_either(_PAGED, "v_scale", v_scale, v_scales), kv_offsets=kv_offsets,
+        full_seq_lens=full_seq_lens)
     _launch(_PAGED, _splitkv.LaunchPagedAttention, params, q, lse, workspace)
 
 
@@ -117,8 +123,9 @@ def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
     params, _, _ = _calls.ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, False, out, max_q_len, launch=True,
-        batch_invariant=batch_invariant, sinks=sinks, k_scale=_either(k_scale, k_scales),
-        v_scale=_either(v_scale, v_scales))
+        batch_invariant=batch_invariant, sinks=sinks,
+        k_scale=_either(_RAGGED, "k_scale", k_scale, k_scales),
+        v_scale=_either(_RAGGED, "v_scale", v_scale, v_scales))
     _launch(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, lse, workspace)
 
 

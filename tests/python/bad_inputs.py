@@ -145,6 +145,11 @@ def _ws_over_k(p, ws, d):
     return _ragged_call(p, buffer, k=k)
 
 
+def _inference_empty_like(x):
+    with torch.inference_mode():
+        return torch.empty_like(x)
+
+
 _P = "paged_attention: "
 _R = "ragged_attention: "
 _M = "merge_states: "
@@ -220,6 +225,31 @@ ROWS = [
         _P + "out device mismatch: expected {device} (q's device), got {other}; move out to "
         "{device}",
         lambda p, ws, d: _paged_call(p, ws, out=torch.empty_like(p.q, device=_other_device(d)))),
+    # A negated view (x.is_neg(): torch.conj(c).imag, torch._neg_view) holds -x in memory,
+    # and the launchers read memory: refused, first call or a layout seen before.
+    Row("q_negated_view", "paged", "q a negated view (is_neg())", ValueError,
+        _P + "q is a negated view: expected a tensor whose memory holds its values, got "
+        "is_neg() == True; pass q.resolve_neg()",
+        lambda p, ws, d: _paged_call(p, ws, q=torch._neg_view(p.q))),
+    Row("out_negated_view", "paged", "out a negated view (is_neg())", ValueError,
+        _P + "out is a negated view: expected a tensor whose memory holds its values, got "
+        "is_neg() == True; pass out.resolve_neg()",
+        lambda p, ws, d: _paged_call(p, ws, out=torch._neg_view(torch.empty_like(p.q)))),
+    Row("v_negated_view", "ragged", "v a negated view (is_neg())", ValueError,
+        _R + "v is a negated view: expected a tensor whose memory holds its values, got "
+        "is_neg() == True; pass v.resolve_neg()",
+        lambda p, ws, d: _ragged_call(p, ws, v=torch._neg_view(p.v))),
+    # torch's own out= ops refuse these: the write would go around autograd.
+    Row("out_requires_grad", "paged", "out that requires grad", ValueError,
+        _P + "out requires grad: expected out.requires_grad == False (splitkv's calls record no "
+        "gradient), got out.requires_grad == True",
+        lambda p, ws, d: _paged_call(p, ws, out=torch.empty_like(p.q).requires_grad_())),
+    Row("out_inference_tensor", "ragged", "out an inference tensor, outside inference mode",
+        ValueError,
+        _R + "out is an inference tensor outside inference mode: expected a tensor writable in "
+        "place here, got out.is_inference() == True; call inside torch.inference_mode() or pass "
+        "another out",
+        lambda p, ws, d: _ragged_call(p, ws, out=_inference_empty_like(p.q))),
     Row("out_head_dim_stride", "paged", "out with a strided last dimension", ValueError,
         _P + "out.stride(-1) is not 1: expected 1 (a dense last dimension), got 2; pass "
         "out.contiguous()",
@@ -525,6 +555,10 @@ ROWS = [
         "got 2",
         lambda p, ws, d: _distributed(p, ws, full_seq_lens=p.seq_lens[:2].clone()),
         op="distributed"),
+    Row("cp_group_not_a_group", "paged", "group not a ProcessGroup (a rank number)", TypeError,
+        _D + "group has the wrong type: expected None (the default group) or a "
+        "torch.distributed.ProcessGroup, got int",
+        lambda p, ws, d: _distributed(p, ws, group=5), op="distributed"),
     Row("cp_shard_past_request", "paged", "a shard past its request's full_seq_lens",
         ValueError,
         _P + "kv_offsets[1] out of range: expected 0 <= kv_offsets[b] and kv_offsets[b] + "

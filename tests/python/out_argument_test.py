@@ -1,0 +1,117 @@
+"""A caller's `out` and the tensors a call reads, as torch's own out= ops treat them.
+
+- A call that writes into `out` moves its version counter, on the first call of a layout and
+  on the cached path alike, so autograd refuses a backward that saved out's old values.
+- A negated view (`x.is_neg()`) is refused on the cached path as on the first call: its
+  layout is any other tensor's, but its memory holds -x.
+- The torch op refuses a scale given both as a float and as a tensor.
+(The first-call refusals and their messages are in the bad-input catalogue, bad_inputs.py.)
+"""
+
+import pytest
+import torch
+
+import harness
+import splitkv
+from harness import DEVICES
+from splitkv import _calls
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    _calls._layouts.clear()
+    yield
+    _calls._layouts.clear()
+
+
+def _paged(device):
+    return harness.make_paged([40, 17, 5], page_size=16, group=2, head_dim=64,
+                              dtype=torch.float16 if device == "cuda" else torch.float32,
+                              device=device, seed=5)
+
+
+def _call(problem, workspace, **changes):
+    args = dict(q=problem.q, kv_cache=problem.kv_cache)
+    args.update(changes)
+    return splitkv.paged_attention(args.pop("q"), args.pop("kv_cache"), problem.block_tables,
+                                   problem.seq_lens, workspace, **args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_version_moves_on_every_path(device):
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    out = torch.full_like(problem.q, float("nan"))
+    versions = [out._version]
+    for _ in range(3):  # the first call takes the full path, the next ones the cached one
+        assert _call(problem, workspace, out=out) is out
+        versions.append(out._version)
+    assert versions[1] > versions[0] and versions[2] > versions[1] and versions[3] > versions[2]
+    expected, _ = problem.reference()
+    harness.assert_close(out, expected, problem.dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_backward_through_a_rewritten_out_is_refused(device):
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    out = torch.zeros_like(problem.q)
+    _call(problem, workspace, out=out)  # the layout is now cached
+    weight = torch.ones_like(problem.q, requires_grad=True)
+    loss = (weight * out).sum()  # saves out for weight's gradient
+    _call(problem, workspace, out=out)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["q", "out", "kv_cache"])
+def test_negated_view_refused_after_its_layout_was_seen(device, which):
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    out = torch.empty_like(problem.q)
+    plain = _call(problem, workspace, out=out).clone()
+    negated = {"q": dict(q=torch._neg_view(problem.q)),
+               "out": dict(out=torch._neg_view(out)),
+               "kv_cache": dict(kv_cache=torch._neg_view(problem.kv_cache))}[which]
+    kwargs = dict(dict(out=out), **negated)
+    with pytest.raises(ValueError, match=f"{which} is a negated view: .* pass {which}.resolve_neg"):
+        _call(problem, workspace, **kwargs)
+    harness.assert_counter_region_zero(workspace)
+    harness.assert_bitwise_equal(_call(problem, workspace, out=out), plain)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_requiring_grad_refused_after_its_layout_was_seen(device):
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    _call(problem, workspace, out=torch.empty_like(problem.q))
+    with pytest.raises(ValueError, match="out requires grad"):
+        _call(problem, workspace, out=torch.empty_like(problem.q).requires_grad_())
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_op_refuses_a_scale_given_twice(device):
+    harness.require(device, torch.float16)
+    problem = harness.make_paged([40, 17], page_size=16, head_dim=64, dtype=torch.float16,
+                                 device=device, seed=6)
+    workspace = harness.shared_workspace(device)
+    kv_cache = problem.kv_cache.to(torch.float8_e4m3fn)
+    out = torch.empty_like(problem.q)
+    common = dict(q=problem.q, k_cache=kv_cache, v_cache=None, block_tables=problem.block_tables,
+                  seq_lens=problem.seq_lens, workspace=workspace.tensor, out=out, lse=None,
+                  cu_seqlens_q=None, kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
+                  logits_soft_cap=0.0, num_splits=None, max_q_len=None)
+    scales = torch.full((problem.kv_cache.shape[2],), 0.5, device=device)
+    with pytest.raises(ValueError, match=r"k_scale given twice: expected either the float k_scale "
+                                         r"or the tensor k_scales, got k_scale=2.0 and a k_scales"):
+        torch.ops.splitkv.paged_attention(**common, k_scale=2.0, k_scales=scales, v_scale=1.0)
+    with pytest.raises(ValueError, match="v_scale given twice"):
+        torch.ops.splitkv.paged_attention(**common, k_scale=1.0, v_scale=2.0, v_scales=scales)
+    harness.assert_counter_region_zero(workspace)
+    torch.ops.splitkv.paged_attention(**common, k_scale=1.0, v_scales=scales)  # one of each: fine
