@@ -39,15 +39,19 @@ def tensor(op, name, x):
 
 def not_negated(op, name, x):
     """Refuses a negated view (``x.is_neg()``, e.g. ``torch.conj(c).imag``): its memory holds
-    -x, and the launchers read and write memory."""
-    if x.is_neg():
+    -x, and the launchers read and write memory. Skipped while torch.compile traces (Dynamo
+    cannot trace is_neg()): the op's implementation runs this check on the real tensors."""
+    if not torch.compiler.is_compiling() and x.is_neg():
         fail(op, name, "is a negated view", "a tensor whose memory holds its values",
              "is_neg() == True", f"pass {name}.resolve_neg()")
 
 
 def writable_out(op, x):
     """Refuses an ``out`` that torch forbids writing in place: one that requires grad (the
-    call records no gradient) or an inference tensor outside inference mode."""
+    call records no gradient) or an inference tensor outside inference mode. Skipped while
+    torch.compile traces, as not_negated."""
+    if torch.compiler.is_compiling():
+        return
     if x.requires_grad:
         fail(op, "out", "requires grad", "out.requires_grad == False (splitkv's calls record no "
              "gradient)", "out.requires_grad == True")
