@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,14 @@ constexpr int64_t kMaxCpuHeadDim = 1024;
 constexpr int64_t kMaxQLen = INT32_MAX;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The shortest text that reads back as `value` ("-1", "1e-10", "nan"): std::to_string prints
+// six fixed decimals, so -1e-10 read "-0.000000" in a refusal.
+std::string FloatText(float value) {
+  char text[32];
+  const std::to_chars_result result = std::to_chars(text, text + sizeof(text), value);
+  return std::string(text, result.ptr);
+}
 
 // An fp8 KV cache: q float16/bfloat16, finite scales; otherwise no scales.
 void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const KvStorage& kv) {
@@ -93,10 +102,10 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
   }
   if (!(options.logits_soft_cap >= 0.0f) || !std::isfinite(options.logits_soft_cap)) {
     check.Fail("logits_soft_cap", "out of range", "a finite value >= 0 (0 disables it)",
-               std::to_string(options.logits_soft_cap));
+               FloatText(options.logits_soft_cap));
   }
   if (!std::isfinite(options.sm_scale)) {
-    check.Fail("sm_scale", "is not finite", "a finite scale", std::to_string(options.sm_scale));
+    check.Fail("sm_scale", "is not finite", "a finite scale", FloatText(options.sm_scale));
   }
   check.AtLeast("num_splits", options.num_splits, 0);
   if (options.batch_invariant && options.num_splits != 0) {

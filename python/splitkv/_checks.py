@@ -219,8 +219,10 @@ def integer(op, name, value, minimum, expected):
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         fail(op, name, "has the wrong type", "an int", repr(value), error=TypeError)
     value = value.__index__()
-    if value < minimum or value > _INT32_MAX:
+    if value < minimum:
         fail(op, name, "out of range", expected, value)
+    if value > _INT32_MAX:  # the C++ options are int32
+        fail(op, name, "out of range", f"{expected} and <= {_INT32_MAX} (int32)", value)
     return value
 
 

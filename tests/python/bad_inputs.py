@@ -278,8 +278,8 @@ ROWS = [
         _P + "max_q_len out of range: expected an int >= 1, got 0",
         lambda p, ws, d: _paged_call(p, ws, max_q_len=0)),
     Row("num_splits_past_int32", "paged", "num_splits >= 2**31", ValueError,
-        _P + "num_splits out of range: expected None (the planner chooses) or an int >= 1, "
-        "got 2147483648",
+        _P + "num_splits out of range: expected None (the planner chooses) or an int >= 1 and "
+        "<= 2147483647 (int32), got 2147483648",
         lambda p, ws, d: _paged_call(p, ws, num_splits=2**31)),
     Row("batch_invariant_forced_splits", "paged", "num_splits forced with batch_invariant",
         ValueError,

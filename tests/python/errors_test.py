@@ -191,7 +191,7 @@ PAGED_CASES = [
      lambda p, ws, d: _paged_call(p, ws, window_left=-2), False),
     ("soft_cap", ValueError,
      r"paged_attention: logits_soft_cap out of range: expected a finite value >= 0 \(0 "
-     r"disables it\), got -1.0",
+     r"disables it\), got -1$",
      lambda p, ws, d: _paged_call(p, ws, logits_soft_cap=-1.0), False),
     ("out_shape", ValueError,
      r"paged_attention: out shape mismatch: expected \(3, 4, 64\) \(the shape of q\), got "
