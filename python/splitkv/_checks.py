@@ -215,9 +215,18 @@ def flag(op, name, value):
     return value
 
 
+def _type_text(value):
+    """What a refused option was: a tensor by its kind (its repr is its values), else repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return repr(value)
+
+
 def integer(op, name, value, minimum, expected):
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        fail(op, name, "has the wrong type", "an int", repr(value), error=TypeError)
+    # A tensor has __index__ / __float__ too: reading it is a silent conversion (and, on CUDA,
+    # a device sync), so options take Python (or numpy) scalars only.
+    if isinstance(value, (bool, torch.Tensor)) or not hasattr(value, "__index__"):
+        fail(op, name, "has the wrong type", "an int", _type_text(value), error=TypeError)
     value = value.__index__()
     if value < minimum:
         fail(op, name, "out of range", expected, value)
@@ -234,8 +243,8 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 def real(op, name, value):
     """A Python float that float32 represents: 0, NaN/inf as given, or a normal magnitude."""
-    if isinstance(value, bool) or not hasattr(value, "__float__"):
-        fail(op, name, "has the wrong type", "a float", repr(value), error=TypeError)
+    if isinstance(value, (bool, torch.Tensor)) or not hasattr(value, "__float__"):
+        fail(op, name, "has the wrong type", "a float", _type_text(value), error=TypeError)
     value = float(value)
     if value != 0 and _FLOAT32_MIN_NORMAL > abs(value) or _FLOAT32_MAX < abs(value) < float("inf"):
         fail(op, name, "not representable in float32",

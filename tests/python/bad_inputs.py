@@ -585,6 +585,15 @@ ROWS = [
     Row("batch_invariant_tensor", "ragged", "batch_invariant a torch bool tensor", TypeError,
         _R + "batch_invariant has the wrong type: expected a bool, got tensor(True)",
         lambda p, ws, d: _ragged_call(p, ws, batch_invariant=torch.tensor(True))),
+    # Scalar options from tensors: reading one is a silent conversion (a device sync on CUDA).
+    Row("sm_scale_tensor", "paged", "sm_scale a one-element tensor", TypeError,
+        _P + "sm_scale has the wrong type: expected a float, got a torch.float32 tensor of "
+        "shape (1,)",
+        lambda p, ws, d: _paged_call(p, ws, sm_scale=torch.tensor([0.1]))),
+    Row("window_left_tensor", "ragged", "window_left a 0-d int tensor", TypeError,
+        _R + "window_left has the wrong type: expected an int, got a torch.int64 tensor of "
+        "shape ()",
+        lambda p, ws, d: _ragged_call(p, ws, window_left=torch.tensor(3))),
     Row("return_lse_type", "ragged", "return_lse not a bool", TypeError,
         _R + "return_lse has the wrong type: expected a bool, got 'no'",
         lambda p, ws, d: _ragged_call(p, ws, return_lse="no")),
