@@ -456,7 +456,7 @@ def _out_key(out):
     refuses it) for an out torch forbids writing in place."""
     if out is None:
         return None
-    if out.requires_grad or (out.is_inference() and not torch.is_inference_mode_enabled()):
+    if not _checks.out_writable(out):
         raise ValueError("out not writable in place")
     return _value_signature(out)
 

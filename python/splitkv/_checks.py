@@ -46,19 +46,23 @@ def not_negated(op, name, x):
              "is_neg() == True", f"pass {name}.resolve_neg()")
 
 
+def out_writable(x):
+    """Whether torch lets a call write ``x`` in place: not when it requires grad (the call
+    records no gradient), nor an inference tensor outside inference mode."""
+    return not x.requires_grad and not (x.is_inference() and not torch.is_inference_mode_enabled())
+
+
 def writable_out(op, x):
-    """Refuses an ``out`` that torch forbids writing in place: one that requires grad (the
-    call records no gradient) or an inference tensor outside inference mode. Skipped while
-    torch.compile traces, as not_negated."""
-    if torch.compiler.is_compiling():
+    """Refuses an ``out`` that out_writable rejects, saying why. Skipped while torch.compile
+    traces, as not_negated."""
+    if torch.compiler.is_compiling() or out_writable(x):
         return
     if x.requires_grad:
         fail(op, "out", "requires grad", "out.requires_grad == False (splitkv's calls record no "
              "gradient)", "out.requires_grad == True")
-    if x.is_inference() and not torch.is_inference_mode_enabled():
-        fail(op, "out", "is an inference tensor outside inference mode",
-             "a tensor writable in place here", "out.is_inference() == True",
-             "call inside torch.inference_mode() or pass another out")
+    fail(op, "out", "is an inference tensor outside inference mode",
+         "a tensor writable in place here", "out.is_inference() == True",
+         "call inside torch.inference_mode() or pass another out")
 
 
 def attention_dtype(op, name, x):

@@ -114,4 +114,7 @@ def test_op_refuses_a_scale_given_twice(device):
     with pytest.raises(ValueError, match="v_scale given twice"):
         torch.ops.splitkv.paged_attention(**common, k_scale=1.0, v_scale=2.0, v_scales=scales)
     harness.assert_counter_region_zero(workspace)
-    torch.ops.splitkv.paged_attention(**common, k_scale=1.0, v_scales=scales)  # one of each: fine
+    torch.ops.splitkv.paged_attention(**common, k_scale=1.0, v_scales=scales)  # one of each
+    eager = splitkv.paged_attention(problem.q, kv_cache, problem.block_tables, problem.seq_lens,
+                                    workspace, k_scale=1.0, v_scale=scales)
+    harness.assert_bitwise_equal(out, eager)
