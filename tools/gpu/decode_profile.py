@@ -3,6 +3,7 @@
     python3 tools/gpu/decode_profile.py 64x4096 1x32768            # 2 launches each (for ncu)
     python3 tools/gpu/decode_profile.py --time 64x4096:HND:1 ...  # tools/bench/timing.py, TB/s
     python3 tools/gpu/decode_profile.py --invariant 1x32768        # batch_invariant=True calls
+    python3 tools/gpu/decode_profile.py --time --fp8 1x32768:HND:16 # an fp8 e4m3 cache (scale FP8_SCALE)
 
 A shape is BATCHxKV_LEN[:LAYOUT[:NUM_SPLITS]] (bf16, 32 qo / 8 kv heads, head_dim 128, page
 16). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
@@ -30,38 +31,41 @@ def parse(spec):
     return batch, kv_len, layout, splits
 
 
-def make(batch, kv_len, layout, copies, gen, page_size=16):
+def make(batch, kv_len, layout, copies, gen, fp8, page_size=16):
     case = shapes.DecodeCase(batch, kv_len)
     out = []
     for c in inputs.decode_copies(case, torch.bfloat16, torch.device("cuda", 0), copies, gen):
-        out.append(inputs.paged_copy(c, page_size, layout, gen))
-        del c
+        p = inputs.paged_copy(c, page_size, layout, gen)
+        out.append(inputs.fp8_paged_copy(p) if fp8 else p)
+        del c, p
     return out
 
 
 def main(argv):
     timed = "--time" in argv
     invariant = "--invariant" in argv
+    fp8 = "--fp8" in argv
+    scales = dict(k_scale=inputs.FP8_SCALE, v_scale=inputs.FP8_SCALE) if fp8 else {}
     specs = [a for a in argv if not a.startswith("--")]
     gen = torch.Generator(device="cuda").manual_seed(0)
     ws = splitkv.Workspace(256 << 20, "cuda")
     rows = []
     for spec in specs:
         batch, kv_len, layout, splits = parse(spec)
-        kv_bytes = batch * 8 * kv_len * 128 * 2 * 2
+        kv_bytes = batch * 8 * kv_len * 128 * 2 * (1 if fp8 else 2)
         copies = max(1, min(16, -(-(240 << 20) // kv_bytes))) if timed else 1
-        paged = make(batch, kv_len, layout, copies, gen)
+        paged = make(batch, kv_len, layout, copies, gen, fp8)
         outs = [torch.empty_like(p.q) for p in paged]
 
         def call(i):
             p = paged[i]
             return splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ws, kv_layout=layout,
                                            out=outs[i], max_q_len=1, num_splits=splits,
-                                           batch_invariant=invariant)
+                                           batch_invariant=invariant, **scales)
 
         plan = splitkv.plan_paged_attention(paged[0].q, paged[0].kv_cache, paged[0].block_tables,
                                             paged[0].seq_lens, ws, kv_layout=layout, max_q_len=1,
-                                            num_splits=splits, batch_invariant=invariant)
+                                            num_splits=splits, batch_invariant=invariant, **scales)
         if not timed:
             for _ in range(2):
                 call(0)
@@ -70,7 +74,9 @@ def main(argv):
             continue
         # Check against SDPA in float32 on the gathered KV.
         p = paged[0]
-        k, v = inputs.gather_pages(p.kv_cache, p.block_tables, kv_len, layout)
+        cache = p.kv_cache.float() * inputs.FP8_SCALE if fp8 else p.kv_cache
+        k, v = inputs.gather_pages(cache, p.block_tables, kv_len, layout)
+        del cache
         ref = F.scaled_dot_product_attention(p.q.float().unsqueeze(2), k.float(), v.float(),
                                              enable_gqa=True).squeeze(2)
         outs[0].fill_(float("nan"))
