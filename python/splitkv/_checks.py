@@ -199,6 +199,31 @@ def backend(op, dev):
     return BACKENDS[dev.type]
 
 
+def workspace_device(op, device):
+    """``device`` (a torch.device, a str or a CUDA index) as the torch.device of a buffer
+    splitkv can run on: a CPU, or a CUDA device this process has."""
+    if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
+        fail(op, "device", "has the wrong type", "a torch.device, a str or an int",
+             _type_text(device), error=TypeError)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):  # torch's own message names no argument
+        dev = None
+    if dev is None:
+        fail(op, "device", "is not a device", "'cpu', 'cuda' or 'cuda:N'", repr(device))
+    if dev.type not in BACKENDS:
+        fail(op, "device", "unsupported", "a cpu or cuda device", repr(str(dev)))
+    if dev.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            fail(op, "device", "is not available", "a CUDA device (this process sees none)",
+                 repr(str(dev)))
+        if dev.index is not None and dev.index >= count:
+            fail(op, "device", "is not available", f"a CUDA device index below {count}",
+                 repr(str(dev)))
+    return dev
+
+
 def workspace_tensor(op, ws):
     """The uint8 tensor behind a Workspace or a user's own buffer."""
     buffer = getattr(ws, "tensor", ws)

@@ -60,9 +60,13 @@ def _lse(op, lse, q):
     _checks.contiguous(op, "lse", lse)
 
 
-def _launch(op, launcher, params, q, lse, workspace):
+def _launch(op, launcher, params, q, lse, workspace, operands):
+    """Launches a validated call; `operands`: the call's other (name, tensor or None) pairs,
+    which a caller's lse must not share a byte with (the kernels write lse while reading
+    them, and out's rows are written beside it)."""
     if lse is not None:
         _lse(op, lse, q)
+        _checks.disjoint(op, "lse", lse, operands, "tensor", "pass an lse buffer of its own")
         _checks.workspace_disjoint(op, _checks.workspace_tensor(op, workspace), [("lse", lse)])
         params.lse = lse.data_ptr()
     _calls.run(op, launcher, params, q, workspace)
@@ -103,7 +107,11 @@ def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Te
         k_scale=_either(_PAGED, "k_scale", k_scale, k_scales),
         v_scale=_either(_PAGED, "v_scale", v_scale, v_scales), kv_offsets=kv_offsets,
         full_seq_lens=full_seq_lens)
-    _launch(_PAGED, _splitkv.LaunchPagedAttention, params, q, lse, workspace)
+    _launch(_PAGED, _splitkv.LaunchPagedAttention, params, q, lse, workspace, [
+        ("out", out), ("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+        ("block_tables", block_tables), ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q),
+        ("sinks", sinks), ("k_scales", k_scales), ("v_scales", v_scales),
+        ("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)])
 
 
 @_paged_op.register_fake
@@ -126,7 +134,10 @@ def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
         batch_invariant=batch_invariant, sinks=sinks,
         k_scale=_either(_RAGGED, "k_scale", k_scale, k_scales),
         v_scale=_either(_RAGGED, "v_scale", v_scale, v_scales))
-    _launch(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, lse, workspace)
+    _launch(_RAGGED, _splitkv.LaunchRaggedAttention, params, q, lse, workspace, [
+        ("out", out), ("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+        ("cu_seqlens_kv", cu_seqlens_kv), ("sinks", sinks), ("k_scales", k_scales),
+        ("v_scales", v_scales)])
 
 
 @_ragged_op.register_fake

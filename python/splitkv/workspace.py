@@ -184,9 +184,10 @@ class Workspace:
     Raises
     ------
     TypeError
-        nbytes is not an int.
+        nbytes is not an int; device is not a torch.device, str or int.
     ValueError
-        nbytes is below ``COUNTER_REGION_BYTES``.
+        nbytes is below ``COUNTER_REGION_BYTES``; device does not parse, is neither a CPU
+        nor a CUDA device, or names a CUDA device this process does not have.
 
     Example
     -------
@@ -203,7 +204,7 @@ class Workspace:
         if nbytes < COUNTER_REGION_BYTES:
             _checks.fail(op, "nbytes", "too small", f">= {COUNTER_REGION_BYTES} (the counter region)",
                          nbytes)
-        device = torch.device(device)
+        device = _checks.workspace_device(op, device)
         # torch's CPU allocator only promises 64-byte alignment: over-allocate and slice.
         raw = torch.zeros(nbytes + WORKSPACE_ALIGNMENT - 1, dtype=torch.uint8, device=device)
         skip = -raw.data_ptr() % WORKSPACE_ALIGNMENT

@@ -118,3 +118,39 @@ def test_op_refuses_a_scale_given_twice(device):
     eager = splitkv.paged_attention(problem.q, kv_cache, problem.block_tables, problem.seq_lens,
                                     workspace, k_scale=1.0, v_scale=scales)
     harness.assert_bitwise_equal(out, eager)
+
+
+def _float32_view(x, shape):
+    """A float32 tensor of `shape` over the first bytes of contiguous `x`."""
+    count = shape[0] * shape[1]
+    return x.reshape(-1).view(torch.uint8)[:count * 4].view(torch.float32).view(shape)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_op_refuses_an_lse_sharing_bytes_with_out_or_an_input(device):
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    lse_shape = tuple(problem.q.shape[:2])
+    out = torch.empty_like(problem.q)
+    common = dict(k_cache=problem.kv_cache, v_cache=None, block_tables=problem.block_tables,
+                  seq_lens=problem.seq_lens, workspace=workspace.tensor, cu_seqlens_q=None,
+                  kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
+                  logits_soft_cap=0.0, num_splits=3, max_q_len=None)
+    q = problem.q.clone()
+    for name, host in (("out", out), ("q", q)):
+        with pytest.raises(ValueError, match=rf"paged_attention: lse overlaps {name}: expected a "
+                                             rf"tensor sharing no byte with {name}, got lse bytes "
+                                             rf"\[0, {lse_shape[0] * lse_shape[1] * 4}\) within "
+                                             rf"{name}'s span; pass an lse buffer of its own"):
+            torch.ops.splitkv.paged_attention(q=q, out=out, lse=_float32_view(host, lse_shape),
+                                              **common)
+        harness.assert_counter_region_zero(workspace)
+    assert torch.equal(q, problem.q)  # the refused calls wrote nothing
+    lse = torch.full(lse_shape, float("nan"), device=device)
+    torch.ops.splitkv.paged_attention(q=q, out=out, lse=lse, **common)
+    eager_out, eager_lse = splitkv.paged_attention(problem.q, problem.kv_cache, problem.block_tables,
+                                                   problem.seq_lens, workspace, num_splits=3,
+                                                   return_lse=True)
+    harness.assert_bitwise_equal(out, eager_out)
+    harness.assert_bitwise_equal(lse, eager_lse)

@@ -156,6 +156,29 @@ def test_workspace_rejects_bad_sizes():
         splitkv.Workspace(1.5e7)
 
 
+def test_workspace_rejects_bad_devices():
+    refusals = [
+        ("bogus", ValueError, r"Workspace: device is not a device: expected 'cpu', 'cuda' or "
+                              r"'cuda:N', got 'bogus'"),
+        (-1, ValueError, r"Workspace: device is not a device: expected 'cpu', 'cuda' or 'cuda:N', got -1"),
+        ("meta", ValueError, r"Workspace: device unsupported: expected a cpu or cuda device, got 'meta'"),
+        (1.0, TypeError, r"Workspace: device has the wrong type: expected a torch.device, a str or an "
+                         r"int, got 1.0"),
+        (True, TypeError, r"Workspace: device has the wrong type"),
+    ]
+    count = torch.cuda.device_count()
+    if count == 0:
+        refusals.append(("cuda", ValueError, r"Workspace: device is not available: expected a CUDA "
+                                             r"device \(this process sees none\), got 'cuda'"))
+    refusals.append((f"cuda:{count}", ValueError,
+                     r"Workspace: device is not available: expected a CUDA device" +
+                     (f" index below {count}, got 'cuda:{count}'" if count else "")))
+    for device, error, message in refusals:
+        with pytest.raises(error, match=message):
+            splitkv.Workspace(splitkv.COUNTER_REGION_BYTES, device)
+    assert splitkv.Workspace(splitkv.COUNTER_REGION_BYTES, torch.device("cpu")).device == torch.device("cpu")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_user_buffer_is_accepted(device):
     # A caller's own uint8 tensor (256-aligned, zeroed) works like a Workspace.
