@@ -478,8 +478,8 @@ def _extras(sinks, k_scale, v_scale, kv_offsets=None, full_seq_lens=None):
     return (None if sinks is None else _value_signature(sinks),
             _tensor_or_value(k_scale), k_scale.__class__,
             _tensor_or_value(v_scale), v_scale.__class__,
-            None if kv_offsets is None else tensor_signature(kv_offsets),
-            None if full_seq_lens is None else tensor_signature(full_seq_lens))
+            None if kv_offsets is None else _value_signature(kv_offsets),
+            None if full_seq_lens is None else _value_signature(full_seq_lens))
 
 
 def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
@@ -492,9 +492,9 @@ def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seql
               kv_cache.device, kv_cache.is_neg())
     return (PAGED, q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(), kv,
             block_tables.__class__, block_tables.shape, block_tables.stride(), block_tables.dtype,
-            block_tables.device, seq_lens.__class__, seq_lens.shape, seq_lens.stride(),
-            seq_lens.dtype, seq_lens.device,
-            None if cu_seqlens_q is None else tensor_signature(cu_seqlens_q),
+            block_tables.device, block_tables.is_neg(), seq_lens.__class__, seq_lens.shape,
+            seq_lens.stride(), seq_lens.dtype, seq_lens.device, seq_lens.is_neg(),
+            None if cu_seqlens_q is None else _value_signature(cu_seqlens_q),
             _out_key(out), workspace_signature, options, extras)
 
 
@@ -587,8 +587,8 @@ def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, 
             k.__class__, k.shape, k.stride(), k.dtype, k.device, k.is_neg(),
             v.__class__, v.shape, v.stride(), v.dtype, v.device, v.is_neg(),
             cu_seqlens_q.__class__, cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype,
-            cu_seqlens_q.device, cu_seqlens_kv.__class__, cu_seqlens_kv.shape,
-            cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.device,
+            cu_seqlens_q.device, cu_seqlens_q.is_neg(), cu_seqlens_kv.__class__, cu_seqlens_kv.shape,
+            cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.device, cu_seqlens_kv.is_neg(),
             _out_key(out), workspace_signature, options, extras)
 
 

@@ -9,6 +9,7 @@ TypeError, everything else ValueError.
 """
 
 import math
+import sys
 
 import torch
 
@@ -33,6 +34,10 @@ def fail(op, arg, problem, expected, got, fix=None, error=ValueError):
 def tensor(op, name, x):
     if not isinstance(x, torch.Tensor):
         fail(op, name, "has the wrong type", "a torch.Tensor", type(x).__name__, error=TypeError)
+    if x.layout != torch.strided or x.is_nested:  # the launchers read memory through strides
+        fail(op, name, "layout unsupported", "a strided (dense) tensor",
+             "a nested tensor" if x.is_nested else x.layout,
+             None if x.is_nested else f"pass {name}.to_dense()", error=TypeError)
     not_negated(op, name, x)
     return x
 
@@ -52,17 +57,17 @@ def out_writable(x):
     return not x.requires_grad and not (x.is_inference() and not torch.is_inference_mode_enabled())
 
 
-def writable_out(op, x):
-    """Refuses an ``out`` that out_writable rejects, saying why. Skipped while torch.compile
-    traces, as not_negated."""
+def writable_out(op, x, name="out"):
+    """Refuses an output ``name`` (out, or a raw op's lse) that out_writable rejects, saying
+    why. Skipped while torch.compile traces, as not_negated."""
     if torch.compiler.is_compiling() or out_writable(x):
         return
     if x.requires_grad:
-        fail(op, "out", "requires grad", "out.requires_grad == False (splitkv's calls record no "
-             "gradient)", "out.requires_grad == True")
-    fail(op, "out", "is an inference tensor outside inference mode",
-         "a tensor writable in place here", "out.is_inference() == True",
-         "call inside torch.inference_mode() or pass another out")
+        fail(op, name, "requires grad", f"{name}.requires_grad == False (splitkv's calls record no "
+             "gradient)", f"{name}.requires_grad == True")
+    fail(op, name, "is an inference tensor outside inference mode",
+         "a tensor writable in place here", f"{name}.is_inference() == True",
+         f"call inside torch.inference_mode() or pass another {name}")
 
 
 def attention_dtype(op, name, x):
@@ -251,10 +256,19 @@ def _type_text(value):
     return repr(value)
 
 
+def _not_a_number(value):
+    """A bool (Python's or numpy's), a tensor or an array: what a numeric option refuses
+    rather than reads. A tensor or array has __index__ / __float__ too: reading it is a
+    silent conversion (and, for a CUDA tensor, a device sync), and True reads as 1."""
+    if isinstance(value, (bool, torch.Tensor)) or getattr(value, "ndim", 0) != 0:
+        return True
+    np = sys.modules.get("numpy")  # not imported: no numpy value can be here
+    return np is not None and isinstance(value, np.bool_)
+
+
 def integer(op, name, value, minimum, expected):
-    # A tensor has __index__ / __float__ too: reading it is a silent conversion (and, on CUDA,
-    # a device sync), so options take Python (or numpy) scalars only.
-    if isinstance(value, (bool, torch.Tensor)) or not hasattr(value, "__index__"):
+    # Options take Python (or numpy) scalars only (_not_a_number).
+    if _not_a_number(value) or not hasattr(value, "__index__"):
         fail(op, name, "has the wrong type", "an int", _type_text(value), error=TypeError)
     value = value.__index__()
     if value < minimum:
@@ -272,9 +286,13 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 def real(op, name, value):
     """A Python float that float32 represents: 0, NaN/inf as given, or a normal magnitude."""
-    if isinstance(value, (bool, torch.Tensor)) or not hasattr(value, "__float__"):
+    if _not_a_number(value) or not hasattr(value, "__float__"):
         fail(op, name, "has the wrong type", "a float", _type_text(value), error=TypeError)
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int past float64's range
+        fail(op, name, "not representable in float32", "0 or a magnitude in [1.2e-38, 3.4e38]",
+             f"an int of {value.bit_length()} bits")
     if value != 0 and _FLOAT32_MIN_NORMAL > abs(value) or _FLOAT32_MAX < abs(value) < float("inf"):
         fail(op, name, "not representable in float32",
              "0 or a magnitude in [1.2e-38, 3.4e38]", repr(value))

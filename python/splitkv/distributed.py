@@ -49,6 +49,7 @@ def _check(q, block_tables, seq_lens, kv_offsets, full_seq_lens):
     # kv_offsets and full_seq_lens are required here (optional in paged_attention, which
     # checks them again, and their values on the CPU).
     _checks.tensor(_OP, "q", q)
+    _checks.rank(_OP, "q", q, 3, "[total_q, num_qo_heads, head_dim]")  # before sinks reads q.shape[1]
     _checks.index_tensor(_OP, "block_tables", block_tables, 2)
     _checks.device(_OP, "block_tables", block_tables, q.device)
     batch_size = block_tables.shape[0]

@@ -58,6 +58,7 @@ def _lse(op, lse, q):
         _checks.fail(op, "lse", "shape mismatch",
                      f"{tuple(q.shape[:2])} ([total_q, num_qo_heads] of q)", tuple(lse.shape))
     _checks.contiguous(op, "lse", lse)
+    _checks.writable_out(op, lse, "lse")
 
 
 def _launch(op, launcher, params, q, lse, workspace, operands):
@@ -99,6 +100,7 @@ def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Te
               v_scale: Optional[float] = None, v_scales: Optional[torch.Tensor] = None,
               kv_offsets: Optional[torch.Tensor] = None,
               full_seq_lens: Optional[torch.Tensor] = None) -> None:
+    _checks.tensor(_PAGED, "out", out)  # the schema lets None through; the op owns no out
     kv_cache = k_cache if v_cache is None else (k_cache, v_cache)
     params, _, _ = _calls.paged_params(
         _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
@@ -128,6 +130,7 @@ def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                sinks: Optional[torch.Tensor] = None,
                k_scale: Optional[float] = None, k_scales: Optional[torch.Tensor] = None,
                v_scale: Optional[float] = None, v_scales: Optional[torch.Tensor] = None) -> None:
+    _checks.tensor(_RAGGED, "out", out)  # the schema lets None through; the op owns no out
     params, _, _ = _calls.ragged_params(
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, False, out, max_q_len, launch=True,
@@ -169,6 +172,17 @@ def _scalars(op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max
         max_q_len = _checks.integer(op, "max_q_len", max_q_len, min_q_len,
                                     f"an int >= {min_q_len}")
     return causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len
+
+
+def _on_q_device(op, q, named_tensors):
+    """Refuses, before dispatch, a q that is on neither a CPU nor a CUDA device and a tensor
+    on another device than q's, with the eager functions' messages: torch would send a call
+    with a meta tensor among its arguments to the op's fake implementation, which checks and
+    computes nothing."""
+    _checks.backend(op, q.device)
+    for name, x in named_tensors:
+        if x is not None:
+            _checks.device(op, name, x, q.device)
 
 
 def _buffers(op, q, out, return_lse):
@@ -218,14 +232,20 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     buffer = _checks.workspace_tensor(op, workspace)
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
         op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, 1)
+    sinks = _optional_tensor(op, "sinks", sinks)
+    kv_offsets = _optional_tensor(op, "kv_offsets", kv_offsets)
+    full_seq_lens = _optional_tensor(op, "full_seq_lens", full_seq_lens)
+    _on_q_device(op, q, [("kv_cache", k_cache), ("kv_cache", v_cache), ("block_tables", block_tables),
+                         ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("workspace", buffer),
+                         ("out", out), ("sinks", sinks), ("kv_offsets", kv_offsets),
+                         ("full_seq_lens", full_seq_lens)] + _calls._scales(k_scale, v_scale))
     out, lse = _buffers(op, q, out, return_lse)
     torch.ops.splitkv.paged_attention(
         q, k_cache, v_cache, block_tables, seq_lens, buffer, out, lse, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, max_q_len,
-        _checks.flag(op, "batch_invariant", batch_invariant), _optional_tensor(op, "sinks", sinks),
+        _checks.flag(op, "batch_invariant", batch_invariant), sinks,
         *_scale_args(op, "k_scale", k_scale), *_scale_args(op, "v_scale", v_scale),
-        _optional_tensor(op, "kv_offsets", kv_offsets),
-        _optional_tensor(op, "full_seq_lens", full_seq_lens))
+        kv_offsets, full_seq_lens)
     return (out, lse) if return_lse else out
 
 
@@ -251,10 +271,13 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     buffer = _checks.workspace_tensor(op, workspace)
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
         op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, 0)
+    sinks = _optional_tensor(op, "sinks", sinks)
+    _on_q_device(op, q, [("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
+                         ("cu_seqlens_kv", cu_seqlens_kv), ("workspace", buffer), ("out", out),
+                         ("sinks", sinks)] + _calls._scales(k_scale, v_scale))
     out, lse = _buffers(op, q, out, return_lse)
     torch.ops.splitkv.ragged_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_kv, buffer, out, lse, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, max_q_len, _checks.flag(op, "batch_invariant", batch_invariant),
-        _optional_tensor(op, "sinks", sinks), *_scale_args(op, "k_scale", k_scale),
-        *_scale_args(op, "v_scale", v_scale))
+        sinks, *_scale_args(op, "k_scale", k_scale), *_scale_args(op, "v_scale", v_scale))
     return (out, lse) if return_lse else out

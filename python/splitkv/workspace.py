@@ -106,7 +106,7 @@ def workspace_layout(total_q, num_qo_heads, head_dim, num_splits):
     head_dim = _checks.integer(op, "head_dim", head_dim, 1, ">= 1")
     num_splits = _checks.integer(op, "num_splits", num_splits, 1, ">= 1")
     scratch = num_splits * total_q * num_qo_heads * head_dim * 4
-    if scratch >= _MAX_LAYOUT_BYTES:
+    if num_splits > 1 and scratch >= _MAX_LAYOUT_BYTES:  # one split: the counter region only
         _checks.fail(op, "sizes", "too large", f"scratch bytes below 2**62", scratch)
     shape = _splitkv.LayoutShape(total_q, num_qo_heads, head_dim)
     return WorkspaceLayout._from_ext(_splitkv.ComputeWorkspaceLayout(shape, num_splits))

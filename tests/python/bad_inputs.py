@@ -17,6 +17,7 @@ import dataclasses
 import os
 import sys
 
+import numpy
 import torch
 
 try:
@@ -171,7 +172,7 @@ def _distributed(p, ws, **changes):
     args = dict(kv_offsets=torch.zeros_like(p.seq_lens), full_seq_lens=p.seq_lens.clone())
     args.update(changes)
     return splitkv.distributed.paged_attention(
-        p.q, p.kv_cache, p.block_tables, p.seq_lens, args.pop("kv_offsets"),
+        args.pop("q", p.q), p.kv_cache, p.block_tables, p.seq_lens, args.pop("kv_offsets"),
         args.pop("full_seq_lens"), ws, cu_seqlens_q=p.cu_seqlens_q, kv_layout=p.kv_layout, **args)
 
 ROWS = [
@@ -555,6 +556,12 @@ ROWS = [
         "got 2",
         lambda p, ws, d: _distributed(p, ws, full_seq_lens=p.seq_lens[:2].clone()),
         op="distributed"),
+    Row("cp_q_1d_with_sinks", "paged", "q 1-D, with sinks", ValueError,
+        _D + "q has the wrong number of dimensions: expected a 3-D tensor [total_q, "
+        "num_qo_heads, head_dim], got shape (128,)",
+        lambda p, ws, d: _distributed(p, ws, q=torch.randn(128, device=d),
+                                      sinks=torch.zeros(4, device=d)),
+        op="distributed"),
     Row("cp_group_not_a_group", "paged", "group not a ProcessGroup (a rank number)", TypeError,
         _D + "group has the wrong type: expected None (the default group) or a "
         "torch.distributed.ProcessGroup, got int",
@@ -594,6 +601,24 @@ ROWS = [
         _R + "window_left has the wrong type: expected an int, got a torch.int64 tensor of "
         "shape ()",
         lambda p, ws, d: _ragged_call(p, ws, window_left=torch.tensor(3))),
+    Row("sm_scale_huge_int", "paged", "sm_scale an int past float64's range (10**400)",
+        ValueError,
+        _P + "sm_scale not representable in float32: expected 0 or a magnitude in [1.2e-38, "
+        "3.4e38], got an int of 1329 bits",
+        lambda p, ws, d: _paged_call(p, ws, sm_scale=10**400)),
+    Row("sm_scale_numpy_array", "paged", "sm_scale a one-element numpy array", TypeError,
+        _P + "sm_scale has the wrong type: expected a float, got array([0.3])",
+        lambda p, ws, d: _paged_call(p, ws, sm_scale=numpy.array([0.3]))),
+    Row("window_left_numpy_array", "ragged", "window_left a one-element numpy array", TypeError,
+        _R + "window_left has the wrong type: expected an int, got array([3])",
+        lambda p, ws, d: _ragged_call(p, ws, window_left=numpy.array([3]))),
+    Row("soft_cap_numpy_bool", "ragged", "logits_soft_cap numpy's True (reads as 1.0)", TypeError,
+        _R + "logits_soft_cap has the wrong type: expected a float, got np.True_",
+        lambda p, ws, d: _ragged_call(p, ws, logits_soft_cap=numpy.True_)),
+    Row("q_sparse", "paged", "q a sparse tensor", TypeError,
+        _P + "q layout unsupported: expected a strided (dense) tensor, got torch.sparse_coo; "
+        "pass q.to_dense()",
+        lambda p, ws, d: _paged_call(p, ws, q=p.q.to_sparse())),
     Row("return_lse_type", "ragged", "return_lse not a bool", TypeError,
         _R + "return_lse has the wrong type: expected a bool, got 'no'",
         lambda p, ws, d: _ragged_call(p, ws, return_lse="no")),

@@ -31,10 +31,11 @@ def _paged(device):
 
 
 def _call(problem, workspace, **changes):
-    args = dict(q=problem.q, kv_cache=problem.kv_cache)
+    args = dict(q=problem.q, kv_cache=problem.kv_cache, block_tables=problem.block_tables,
+                seq_lens=problem.seq_lens)
     args.update(changes)
-    return splitkv.paged_attention(args.pop("q"), args.pop("kv_cache"), problem.block_tables,
-                                   problem.seq_lens, workspace, **args)
+    return splitkv.paged_attention(args.pop("q"), args.pop("kv_cache"), args.pop("block_tables"),
+                                   args.pop("seq_lens"), workspace, **args)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -67,7 +68,7 @@ def test_backward_through_a_rewritten_out_is_refused(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("which", ["q", "out", "kv_cache"])
+@pytest.mark.parametrize("which", ["q", "out", "kv_cache", "block_tables", "seq_lens"])
 def test_negated_view_refused_after_its_layout_was_seen(device, which):
     harness.require(device)
     problem = _paged(device)
@@ -76,7 +77,9 @@ def test_negated_view_refused_after_its_layout_was_seen(device, which):
     plain = _call(problem, workspace, out=out).clone()
     negated = {"q": dict(q=torch._neg_view(problem.q)),
                "out": dict(out=torch._neg_view(out)),
-               "kv_cache": dict(kv_cache=torch._neg_view(problem.kv_cache))}[which]
+               "kv_cache": dict(kv_cache=torch._neg_view(problem.kv_cache)),
+               "block_tables": dict(block_tables=torch._neg_view(problem.block_tables)),
+               "seq_lens": dict(seq_lens=torch._neg_view(problem.seq_lens))}[which]
     kwargs = dict(dict(out=out), **negated)
     with pytest.raises(ValueError, match=f"{which} is a negated view: .* pass {which}.resolve_neg"):
         _call(problem, workspace, **kwargs)
@@ -154,3 +157,50 @@ def test_op_refuses_an_lse_sharing_bytes_with_out_or_an_input(device):
                                                    return_lse=True)
     harness.assert_bitwise_equal(out, eager_out)
     harness.assert_bitwise_equal(lse, eager_lse)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_raw_op_refuses_a_missing_out_and_an_lse_torch_forbids_writing(device):
+    # The schema's out is a Tensor, but torch lets None through: the op once launched into an
+    # out of its own that it had already dropped (freed memory).
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    common = dict(q=problem.q, k_cache=problem.kv_cache, v_cache=None,
+                  block_tables=problem.block_tables, seq_lens=problem.seq_lens,
+                  workspace=workspace.tensor, cu_seqlens_q=None, kv_layout="HND", sm_scale=None,
+                  causal=True, window_left=-1, logits_soft_cap=0.0, num_splits=3, max_q_len=None)
+    with pytest.raises(TypeError, match="paged_attention: out has the wrong type: expected a "
+                                        "torch.Tensor, got NoneType"):
+        torch.ops.splitkv.paged_attention(out=None, lse=None, **common)
+    lse = torch.empty(problem.q.shape[:2], device=device, requires_grad=True)
+    with pytest.raises(ValueError, match=r"paged_attention: lse requires grad: expected "
+                                         r"lse.requires_grad == False"):
+        torch.ops.splitkv.paged_attention(out=torch.empty_like(problem.q), lse=lse, **common)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["q", "kv_cache", "block_tables", "workspace", "out"])
+def test_ops_functions_refuse_a_meta_tensor_before_dispatch(device, which):
+    # torch sends a call with a meta tensor among its arguments to the op's fake
+    # implementation, which computes nothing: the functions refuse it as the eager ones do.
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    args = dict(q=problem.q, kv_cache=problem.kv_cache, block_tables=problem.block_tables,
+                workspace=workspace.tensor, out=torch.empty_like(problem.q))
+    args[which] = args[which].to("meta")
+    message = ("q device unsupported: expected a cpu or cuda tensor, got meta" if which == "q" else
+               f"{which} device mismatch: expected {problem.q.device} \\(q's device\\), got meta")
+    for function in (splitkv.paged_attention, splitkv.ops.paged_attention):
+        with pytest.raises(ValueError, match=f"paged_attention: {message}"):
+            function(args["q"], args["kv_cache"], args["block_tables"], problem.seq_lens,
+                     args["workspace"], out=args["out"])
+    harness.assert_counter_region_zero(workspace)
+    harness.assert_bitwise_equal(splitkv.ops.paged_attention(problem.q, problem.kv_cache,
+                                                             problem.block_tables, problem.seq_lens,
+                                                             workspace),
+                                 splitkv.paged_attention(problem.q, problem.kv_cache,
+                                                         problem.block_tables, problem.seq_lens,
+                                                         workspace))
