@@ -128,19 +128,21 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         batch it runs in (other requests, their count and order), whatever the workspace
         size and CPU thread count, however its prefill is chunked, and whether a token is
         computed in a prefill or a decode (same backend, build and CPU instruction set).
-        Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the
+        CPU, 2048 on CUDA: the plan's ``invariant_split_keys``). Bits differ
         from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
         On CUDA (sm_90, 16-bit K/V, head_dim 64/128, up to 16 qo heads per kv head)
         prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
         (and what it declines) a decode-kernel path that reduces rows in its order (the
         same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 4-9 % and prefill
-        11-16 % against the default (README "Batch invariance"); invariance holds among
-        calls whose K/V rows share one 16-byte alignment. The
-        workspace must hold every split's partials, ``ceil(max_kv_len / 1024)`` of them
-        (ValueError otherwise), except where a tile runs its splits in one task: the CPU
-        when they do not fit, and on CUDA the calls the wgmma prefill serves (its CTAs
-        fold the splits), which need only the counter region.
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-2 %
+        at batch >= 8 and at 1 x 32768 (8 % at 1 x 131072) and prefill 5-14 % against the
+        default (README "Batch invariance"); invariance holds among calls whose K/V rows
+        share one 16-byte alignment. The workspace must hold every split's partials,
+        ``ceil(max_kv_len / invariant_split_keys)`` of them (ValueError otherwise), except
+        where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA
+        the calls the wgmma prefill serves (its CTAs fold the splits), which need only the
+        counter region.
     sinks : torch.Tensor, optional
         Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
         device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
@@ -347,19 +349,21 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         batch it runs in (other requests, their count and order), whatever the workspace
         size and CPU thread count, however its prefill is chunked, and whether a token is
         computed in a prefill or a decode (same backend, build and CPU instruction set).
-        Split-KV stays on: splits are cut at absolute KV positions (1024 keys). Bits differ
+        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the
+        CPU, 2048 on CUDA: the plan's ``invariant_split_keys``). Bits differ
         from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
         On CUDA (sm_90, 16-bit K/V, head_dim 64/128, up to 16 qo heads per kv head)
         prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
         (and what it declines) a decode-kernel path that reduces rows in its order (the
         same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 4-9 % and prefill
-        11-16 % against the default (README "Batch invariance"); invariance holds among
-        calls whose K/V rows share one 16-byte alignment. The
-        workspace must hold every split's partials, ``ceil(max_kv_len / 1024)`` of them
-        (ValueError otherwise), except where a tile runs its splits in one task: the CPU
-        when they do not fit, and on CUDA the calls the wgmma prefill serves (its CTAs
-        fold the splits), which need only the counter region.
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-2 %
+        at batch >= 8 and at 1 x 32768 (8 % at 1 x 131072) and prefill 5-14 % against the
+        default (README "Batch invariance"); invariance holds among calls whose K/V rows
+        share one 16-byte alignment. The workspace must hold every split's partials,
+        ``ceil(max_kv_len / invariant_split_keys)`` of them (ValueError otherwise), except
+        where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA
+        the calls the wgmma prefill serves (its CTAs fold the splits), which need only the
+        counter region.
     sinks : torch.Tensor, optional
         Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
         device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log

@@ -57,12 +57,12 @@ class Row:
 
 
 def _invariant_small_workspace(p, ws, d):
-    """A batch_invariant prefill of 1 query over 2000 keys (2 splits) with only the counter
-    region for a workspace."""
+    """A batch_invariant prefill of 1 query over 3000 keys (2 CUDA splits of 2048) with only
+    the counter region for a workspace."""
     q = p.q[:1, :2, :64].contiguous()
-    k = torch.randn(2000, 2, 64, dtype=q.dtype, device=d)
+    k = torch.randn(3000, 2, 64, dtype=q.dtype, device=d)
     cu_q = torch.tensor([0, 1], dtype=torch.int32, device=d)
-    cu_kv = torch.tensor([0, 2000], dtype=torch.int32, device=d)
+    cu_kv = torch.tensor([0, 3000], dtype=torch.int32, device=d)
     small = splitkv.Workspace(splitkv.COUNTER_REGION_BYTES, d)
     return splitkv.ragged_attention(q, k, k, cu_q, cu_kv, small, batch_invariant=True)
 
@@ -442,7 +442,7 @@ ROWS = [
         "batch_invariant with a workspace too small for the request's splits, a call of decode "
         "tiles (CUDA; the CPU, and CUDA's sm_90 wgmma prefill for calls of more than 16 rows, "
         "run a tile's splits in one task instead)", ValueError,
-        _R + "workspace too small: need 8389888 bytes for batch_invariant (2 splits of 1024 "
+        _R + "workspace too small: need 8389888 bytes for batch_invariant (2 splits of 2048 "
         "keys), got 8388608; pass a larger workspace",
         _invariant_small_workspace, "cuda"),
     Row("ragged_head_dim_unsupported_cuda", "ragged", "head_dim other than 64, 128, 256 on CUDA",

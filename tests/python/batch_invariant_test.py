@@ -5,8 +5,9 @@ torch.equal: alone and in random batches (L1), with other workspace sizes and CP
 counts (L2, threads in subprocesses: the pool reads SPLITKV_NUM_THREADS once), a prompt in
 one ragged prefill and in chunks of random sizes (1 included) through paged_attention with
 cu_seqlens_q (L3), and a token in a prefill, a verify chunk and a one-token decode (L4).
-Lengths cross the 1024-key invariant split (several splits per request), so split-KV is on
-wherever the planner splits; the values are checked against the float64 reference too.
+Lengths cross the invariant split (1024 keys on the CPU, 2048 on CUDA: several splits per
+request), so split-KV is on wherever the planner splits; the values are checked against the
+float64 reference too.
 """
 
 import json
@@ -24,7 +25,8 @@ import splitkv
 import splitkv_reference
 from harness import DEVICES
 
-SPLIT_KEYS = 1024  # the CPU's invariant split (attention_cpu.cc)
+# Keys per invariant split: attention_cpu.cc, cuda/tile_config.h kInvariantSplitKeys.
+SPLIT_KEYS = {"cpu": 1024, "cuda": 2048}
 
 
 class Request:
@@ -225,8 +227,8 @@ def check_prefill_chunks_verify_and_decode(device, options, *, dtype=torch.bfloa
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("length,group,head_dim", [
-    (33000, 4, 128),   # 33 splits: the decode merge's register path (more than 32 splits)
-    (13000, 16, 64),   # 13 splits of 16-row tiles: past what the merge's shared memory holds
+    (32 * SPLIT_KEYS["cuda"] + 232, 4, 128),  # 33 splits: the decode merge's register path (> 32)
+    (12 * SPLIT_KEYS["cuda"] + 712, 16, 64),  # 13 splits of 16-row tiles: past the merge's shared memory
 ])
 def test_long_decode_matches_prefill_rows_cuda(length, group, head_dim):
     """L4 where the decode's merging CTA folds its splits from the workspace in registers (not
@@ -268,7 +270,8 @@ def test_workspace_size_and_plan_do_not_change_bits(device):
     k, v = requests[0].k.to(device), requests[0].v.to(device)
     cu_q, cu_kv = harness.cu_seqlens([1], device), harness.cu_seqlens([3000], device)
     plan = splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, large, batch_invariant=True)
-    assert (plan.num_splits, plan.invariant_split_keys) == (3, SPLIT_KEYS)
+    keys = SPLIT_KEYS[device]
+    assert (plan.num_splits, plan.invariant_split_keys) == (-(-3000 // keys), keys)
     assert splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, large).invariant_split_keys == 0
     with pytest.raises(ValueError, match="num_splits conflicts with batch_invariant: expected None"):
         splitkv.ragged_attention(q, k, v, cu_q, cu_kv, large, num_splits=2, batch_invariant=True)
@@ -287,9 +290,9 @@ def test_workspace_size_and_plan_do_not_change_bits(device):
         q500 = requests[0].q[2500:3000].to(device)
         cu_q500 = harness.cu_seqlens([500], device)
         plan = splitkv.plan_ragged_attention(q500, k, v, cu_q500, cu_kv, small, batch_invariant=True)
-        assert (plan.num_splits, plan.invariant_split_keys) == (1, SPLIT_KEYS)
+        assert (plan.num_splits, plan.invariant_split_keys) == (1, keys)
         plan = splitkv.plan_ragged_attention(q500, k, v, cu_q500, cu_kv, large, batch_invariant=True)
-        assert (plan.num_splits, plan.invariant_split_keys) == (3, SPLIT_KEYS)
+        assert (plan.num_splits, plan.invariant_split_keys) == (-(-3000 // keys), keys)
         # Pages of 4 slots: the wgmma kernel declines them (its page boxes take 8 or more), and
         # the decode kernel's split CTAs need the partials.
         with pytest.raises(ValueError, match="workspace too small: need .* for batch_invariant"):
@@ -304,7 +307,7 @@ def test_workspace_size_and_plan_do_not_change_bits(device):
     prefill_b = ragged(requests, [(0, 3000, 2500)], small, device=device)
     assert_same(prefill_a[0], prefill_b[0])
     plan = splitkv.plan_ragged_attention(q, k, v, cu_q, cu_kv, small, batch_invariant=True)
-    assert (plan.num_splits, plan.invariant_split_keys) == (1, SPLIT_KEYS)
+    assert (plan.num_splits, plan.invariant_split_keys) == (1, keys)
     harness.assert_counter_region_zero(large)
 
 

@@ -78,7 +78,8 @@ def paged_alone(q, kv_cache, block_tables, seq_lens, workspace, kv_layout, sm_sc
 def workspace_bytes_needed(requests, shape, max_prefill_tokens, max_batch_size, max_pages_per_seq):
     """Bytes an invariant replay needs on CUDA, where every split's partials must fit the
     workspace: the largest prefill step (max_prefill_tokens, or one longer prompt) at
-    ceil(its keys / 1024) splits, or the largest decode batch at the cache's capacity."""
+    ceil(its keys / 1024) splits, or the largest decode batch at the cache's capacity. 1024:
+    the smallest invariant split of any backend (CUDA's is 2048), so an upper bound."""
     split_keys = 1024
     prefill = max([max_prefill_tokens] + [r.context_tokens for r in requests])
     capacity = max_pages_per_seq * shape.page_size

@@ -59,7 +59,12 @@ constexpr TileChoice InvariantTile(int64_t group_size, bool decode_kernel) {
   if (decode_kernel && group_size <= kDecodeRows) return {TileKind::kDecode, kDecodeRows / group_size};
   return {TileKind::kPrefill, group_size >= kPrefillRows ? 1 : kPrefillRows / group_size};
 }
-inline constexpr int64_t kInvariantSplitKeys = 1024;
+// 2048 keys: the prefill folds a split into its merged rows half as often as at 1024 (its
+// cost), and decode grids stay near the default plan's at batch 1 to 24 (1 x 32768: 16
+// splits, 128 CTAs, as fast as the default's 32). H200, invariant cost at 1024 -> 2048:
+// decode 1 x 32768 +4.7 -> +0.9 %, 16 x 4096 +4.0 -> +1.8 %, 1 x 131072 +14.4 -> +8.4 %;
+// prefill 8 x 2048 +14.3 -> +6.0 %, 4 x 4096 +17 -> +9-14 % (docs/perf_log.md 2026-12-03).
+inline constexpr int64_t kInvariantSplitKeys = 2048;
 
 // Keys per block of the main loop (the split granularity too).
 constexpr int DecodeBlockKeys(int head_dim) { return 64; }
