@@ -301,7 +301,11 @@ def _status_call_args(workspace, buffer):
 
 def check_workspace(workspace):
     """Raises ValueError if a launch on ``workspace`` recorded a dirty counter (see
-    :meth:`Workspace.raise_if_error`); zeroes the counter region first. Syncs on CUDA.
+    :meth:`Workspace.raise_if_error`). Reads the status record at the end of the counter
+    region (syncs on CUDA); when it holds a report, zeroes the counter region (on CUDA,
+    on the current stream before anything queued after this call) and raises. It does not
+    scan the counters themselves: a nonzero counter that no launch has used yet is not
+    seen here (``SPLITKV_CHECK_WORKSPACE=1`` scans the whole region around every call).
 
     Parameters
     ----------
