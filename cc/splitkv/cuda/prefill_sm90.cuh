@@ -496,7 +496,14 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     softmax(s, 0, alpha);  // o_acc is zero: alpha is moot
     pack(s, a);
   }
-  for (int b = 0; b + 1 < num_blocks; ++b) {
+  // One step of the loop: P V of block b and the softmax of block b + 1. kOpens (batch-
+  // invariant only): block b + 1 opens a split, so its softmax starts from scratch and, once
+  // P V of block b lands, the finished split is folded. The steps that open a split are
+  // compiled apart (the walk below calls them at the split boundaries), so every other step
+  // is the default instance's, with no fold code or test in the loop (which cost the
+  // invariant prefill ~5 % at one split a tile before: H200, docs/perf_log.md 2026-12-03).
+  auto step = [&](int b, auto opens_tag) {
+    constexpr bool kOpens = decltype(opens_tag)::value;
     const int stage = b % S::kStages;
     const int next_stage = (b + 1) % S::kStages;
     MbarrierWait(k_full + next_stage, ((b + 1) / S::kStages) & 1);
@@ -512,12 +519,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     WgmmaWait<1>();  // S of block b + 1 (groups complete in order)
     FenceRegs(s);
     release(k_empty + next_stage);
-    // Block b + 1 opens a split (batch-invariant; CTA-uniform): its softmax starts from
-    // scratch, and once P V of block b lands the finished split's partial is written.
-    // (split_keys is the constant kInvariantSplitKeys, a power of two: no division.)
-    const bool opens = kInvariant && multi_split && (block_base + (b + 1) * S::kBlockN) % split_keys == 0;
     float done_max[2], done_sum[2];
-    if (opens) {
+    if constexpr (kOpens) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         done_max[i] = row_max[i], done_sum[i] = row_sum[i];
@@ -531,7 +534,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     release(v_empty + stage);
     pack(s, a);
     if constexpr (kInvariant) {
-      if (opens) fold_split(done_max, done_sum);
+      if constexpr (kOpens) fold_split(done_max, done_sum);
       // The output so far times alpha (0 where a split opens: its softmax started afresh),
       // plus +0 so that a zeroed accumulator is +0 whatever the sign of what it held: the
       // decode kernel's wgmma-order path starts a split from +0 with the same operation.
@@ -548,6 +551,25 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
         o_acc[4 * c + 2] *= alpha[1], o_acc[4 * c + 3] *= alpha[1];
       }
     }
+  };
+  int b = 0;
+  if constexpr (kInvariant) {
+    // Block j opens a split where block_base + j * kBlockN is a multiple of split_keys (j >=
+    // 1; block_base is a multiple of kBlockN, split_keys a power-of-two multiple of it).
+    constexpr int kSplitBlocks = split_keys / S::kBlockN;
+    static_assert(kSplitBlocks >= 1 && split_keys % S::kBlockN == 0, "whole blocks a split");
+    int next_open = multi_split ? (split_keys - block_base % split_keys) / S::kBlockN : num_blocks;
+    while (b + 1 < num_blocks) {
+      const int stop = min(next_open, num_blocks);
+      for (; b + 1 < stop; ++b) step(b, std::false_type{});
+      if (b + 1 < num_blocks) {
+        step(b, std::true_type{});
+        ++b;
+        next_open += kSplitBlocks;
+      }
+    }
+  } else {
+    for (; b + 1 < num_blocks; ++b) step(b, std::false_type{});
   }
   if (num_blocks > 0) {  // the last block's P V
     const int stage = (num_blocks - 1) % S::kStages;
