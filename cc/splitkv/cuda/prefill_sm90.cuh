@@ -181,8 +181,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const int num_blocks = key_end > key_begin ? (key_end - block_base + S::kBlockN - 1) / S::kBlockN : 0;
 
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* const smem =
-      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  // Aligned up to 1024 bytes by an offset from smem_raw (not through an integer), so the
+  // compiler still knows the pointer is shared memory: C++ accesses through it (the fold
+  // rows, zeroed V rows) compile to LDS/STS, not generic LD/ST.
+  unsigned char* const smem = smem_raw + ((1024u - (SharedAddress(smem_raw) & 1023u)) & 1023u);
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + S::kBarrierOffset);
   uint64_t* const q_full = bars;
   uint64_t* const k_full = bars + 1;
@@ -593,6 +595,15 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const bool folded = kInvariant && multi_split;
   if (folded) {
     fold_split(row_max, row_sum);
+    // The merged rows back into the accumulator's registers (o_acc is spent), so the stores
+    // below read registers only, as the default instance's do: a per-element choice between
+    // shared memory and o_acc compiled to a branch an element (~130 a thread, in every tile).
+    // (Rows that see no key keep whatever this loads: value() writes them as zeros.)
+#pragma unroll
+    for (int c = 0; c < S::kOutRegs / 4; ++c) {
+      const float4 merged = fold_rows[c * 256];
+      o_acc[4 * c] = merged.x, o_acc[4 * c + 1] = merged.y, o_acc[4 * c + 2] = merged.z, o_acc[4 * c + 3] = merged.w;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -618,11 +629,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     const float keep = SinkKeep(p, head, m, l, seen, lse);  // 1 without sinks
     // This thread's element `reg` of the row, normalised; rows that see no key are written as
     // zeros, not 0 * o (o may hold 0 * NaN).
-    auto value = [&](int reg) {
-      return seen ? (folded ? reinterpret_cast<const float*>(fold_rows + (reg / 4) * 256)[reg % 4] : o_acc[reg]) *
-                        scale * keep
-                  : 0.0f;
-    };
+    auto value = [&](int reg) { return seen ? o_acc[reg] * scale * keep : 0.0f; };
     T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + quad * 2;
     if (p.out_vec) {
 #pragma unroll
