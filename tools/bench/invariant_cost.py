@@ -7,11 +7,13 @@ wall time on the CPU).
 
 Shapes: bf16, 32 qo / 8 kv heads, head_dim 128, page 16 (the bench's main shape); paged
 decode B x L (every request L keys) and causal ragged prefill B x L (--kinds picks). Prints one row per case:
-microseconds per call in each mode and the invariant mode's slowdown in percent.
+microseconds per call in each mode (medians over --rounds alternations of the two modes) and
+the invariant mode's slowdown in percent (the median of the rounds' own), then each round's.
 """
 
 import argparse
 import os
+import statistics
 import sys
 
 import torch
@@ -62,6 +64,10 @@ def main():
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--workspace_mb", type=int, default=8192)
     parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="Alternate the two modes this many times per case; the cost column is the median "
+                             "of the rounds' costs, the range their spread (drift between device calls moved "
+                             "single-round decode costs by 2-3 points).")
     parser.add_argument("--kinds", default="decode,prefill", help="Comma-separated: decode, prefill.")
     args = parser.parse_args()
     kinds = set(args.kinds.split(","))
@@ -72,16 +78,22 @@ def main():
     cases = ([("decode", b, n, _decode_calls) for b, n in (_DECODE if device.type == "cuda" else _CPU_DECODE)] +
              [("prefill", b, n, _prefill_calls) for b, n in (_PREFILL if device.type == "cuda" else _CPU_PREFILL)])
     cases = [c for c in cases if c[0] in kinds]
-    print(f"{'case':<22}{'default us':>12}{'invariant us':>14}{'cost':>9}")
+    if args.rounds < 1:
+        parser.error(f"--rounds invalid: expected at least 1, got {args.rounds}")
+    print(f"{'case':<22}{'default us':>12}{'invariant us':>14}{'cost':>9}  rounds' costs")
     for kind, batch, length, make in cases:
         call = make(batch, length, device, workspace)
-        times = {}
-        for invariant in (False, True):
-            fn = call(invariant)
+        fns = {invariant: call(invariant) for invariant in (False, True)}
+        for fn in fns.values():
             fn()  # plans, raises the kernels' shared-memory limits: before any capture
-            times[invariant], _ = time_calls([fn], device, warmup=3, iters=args.iters)
-        cost = 100.0 * (times[True] / times[False] - 1.0)
-        print(f"{kind + f' {batch} x {length}':<22}{times[False] * 1e6:>12.1f}{times[True] * 1e6:>14.1f}{cost:>+8.1f}%",
+        times = {False: [], True: []}
+        for _ in range(args.rounds):
+            for invariant, fn in fns.items():
+                times[invariant].append(time_calls([fn], device, warmup=3, iters=args.iters)[0])
+        costs = [100.0 * (inv / dflt - 1.0) for dflt, inv in zip(times[False], times[True])]
+        spread = " ".join(f"{c:+.1f}" for c in costs)
+        print(f"{kind + f' {batch} x {length}':<22}{statistics.median(times[False]) * 1e6:>12.1f}"
+              f"{statistics.median(times[True]) * 1e6:>14.1f}{statistics.median(costs):>+8.1f}%  {spread}",
               flush=True)
 
 
