@@ -113,7 +113,9 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
                "None (0 in C++: the invariant split rule chooses)",
                std::to_string(options.num_splits));
   }
-  if (workspace.data == nullptr) {  // WorkspaceError, as launchers.h lists it (same text)
+  // A null base with fewer bytes than the counter region is an empty buffer (torch's data
+  // pointer of a 0-element tensor): reported below as too small, which says what to pass.
+  if (workspace.data == nullptr && workspace.bytes >= kCounterRegionBytes) {  // WorkspaceError, as launchers.h lists it
     throw WorkspaceError(std::string(check.op()) + ": workspace is null: expected a buffer, got null");
   }
   const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
@@ -268,7 +270,10 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
 // The counter-region entry points (check, reset, status): a non-null buffer that holds the
 // region. `what` names the buffer ("a buffer", "a host buffer").
 void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t bytes, const char* what) {
-  if (data == nullptr) throw WorkspaceError(op + ": workspace is null: expected " + what + ", got null");
+  // Size first: an empty buffer (a 0-element tensor's null data pointer) is too small, not null.
+  if (data == nullptr && bytes >= kCounterRegionBytes) {
+    throw WorkspaceError(op + ": workspace is null: expected " + what + ", got null");
+  }
   if (bytes < kCounterRegionBytes) {
     throw WorkspaceError(op + ": workspace too small: need at least " + std::to_string(kCounterRegionBytes) +
                          " bytes, got " + std::to_string(bytes));

@@ -134,6 +134,13 @@ std::vector<BadCall<Problem, Params>> CommonBadCalls() {
         {"num_splits", "got -1"}},
       B{"workspace null", Kind::kWorkspace, [](Problem&, P& p) { p.workspace.data = nullptr; },
         {"workspace is null"}},
+      // An empty buffer (torch's 0-element tensor: null data, 0 bytes) is too small, not null.
+      B{"workspace empty", Kind::kWorkspace,
+        [](Problem&, P& p) {
+          p.workspace.data = nullptr;
+          p.workspace.bytes = 0;
+        },
+        {"workspace too small", std::to_string(splitkv::kCounterRegionBytes), "got 0"}},
       B{"workspace misaligned", Kind::kWorkspace,
         [ws_data](Problem&, P& p) {
           p.workspace.data = ws_data(p) + 16;

@@ -384,6 +384,10 @@ ROWS = [
         "workspace bytes [8388608, 8390144) within out's span; allocate the workspace on its "
         "own (splitkv.Workspace)",
         _ws_over_out),
+    Row("workspace_empty", "paged", "workspace of 0 bytes (an empty tensor: null data pointer)",
+        ValueError,
+        _P + "workspace too small: need at least 8388608 bytes (the counter region), got 0",
+        lambda p, ws, d: _paged_call(p, torch.empty(0, dtype=torch.uint8, device=d))),
     # ---- ragged ----
     Row("cu_seqlens_kv_past_end", "ragged", "cu_seqlens_kv ending past the end of k and v",
         ValueError,
