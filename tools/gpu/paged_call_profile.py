@@ -1,0 +1,74 @@
+"""Where the per-call path of a tiny CUDA paged decode spends its host time: the call's
+median host time, its pieces one by one (workspace view, layout key, version bump, capture
+query) and a cProfile of 3000 calls, sorted by own time.
+
+    PYTHONPATH=.device python3 tools/gpu/paged_call_profile.py
+
+Made for the host-time question left open in docs/perf_log.md 2026-12-03 (session 27): on the
+H200's host the cached `paged_attention(out=)` took 28.9 us against 16.0 on 2026-12-01 (the
+same process's C++ launch call, torch SDPA and FlashInfer's run() within 0-8 % of their
+2026-12-01 figures), while the CPU backend's per-call path kept its time (6.9 us). Batch 1,
+16 keys, 32 qo / 8 kv heads, head_dim 128, bf16, page 16 (overhead.py's tiny decode).
+"""
+
+import cProfile
+import pstats
+import time
+
+import torch
+
+import splitkv
+from splitkv import _calls
+
+
+def _median_us(fn, n=3000):
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for i in range(n):
+        start = time.perf_counter_ns()
+        fn()
+        samples.append(time.perf_counter_ns() - start)
+        if i % 64 == 0:  # keep the launch queue short, outside the timing
+            torch.cuda.synchronize()
+    samples.sort()
+    return samples[len(samples) // 2] / 1e3
+
+
+def main():
+    torch.manual_seed(0)
+    device = torch.device("cuda", 0)
+    q = torch.randn(1, 32, 128, dtype=torch.bfloat16, device=device)
+    kv_cache = torch.randn(4, 2, 8, 16, 128, dtype=torch.bfloat16, device=device)
+    block_tables = torch.zeros(1, 1, dtype=torch.int32, device=device)
+    seq_lens = torch.tensor([16], dtype=torch.int32, device=device)
+    workspace = splitkv.Workspace(64 << 20, device)
+    out = torch.empty_like(q)
+
+    def call():
+        return splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, workspace, out=out)
+
+    print(f"paged_attention(out=)            {_median_us(call):8.2f} us host")
+    print(f"layouts cached                   {len(_calls._layouts)}")
+    view = _calls._workspace_view(workspace)
+    print(f"_workspace_view                  {_median_us(lambda: _calls._workspace_view(workspace)):8.2f} us"
+          f"  (view reused: {_calls._workspace_view(workspace) is view})")
+    options = _calls._option_key("HND", None, True, -1, 0.0, None, False, None, False)
+    extras = _calls._extras(None, None, None, None, None)
+    print(f"_paged_key                       "
+          f"{_median_us(lambda: _calls._paged_key(q, kv_cache, block_tables, seq_lens, view[1], None, out, options, extras)):8.2f} us")
+    print(f"_written(out)                    {_median_us(lambda: _calls._written(out)):8.2f} us")
+    print(f"is_current_stream_capturing()    {_median_us(torch.cuda.is_current_stream_capturing):8.2f} us")
+    profile = cProfile.Profile()
+    profile.enable()
+    for i in range(3000):
+        call()
+        if i % 64 == 0:
+            torch.cuda.synchronize()
+    profile.disable()
+    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
