@@ -81,21 +81,38 @@ def _host_us(call, iters, cuda, before=None):
     return statistics.median(times) / 1e3
 
 
-def _paired_us(a, b, iters):
-    """Medians of `a` and `b` timed alternately, call by call: on a shared machine whose
-    load drifts, both see the same load, so their ratio is the figure to trust."""
+def _paired_us(a, b, iters, cuda=False):
+    """Medians of `a` and `b` timed alternately, call by call: on a machine whose host speed
+    drifts (a shared CPU machine's load; the H200 host's speed, which moved 2x between
+    processes of one device call on 2026-12-04), both see the same speed, so their ratio is
+    the figure to trust. CUDA: the stream is synchronized every _SYNC_EVERY pairs, untimed."""
     for _ in range(min(50, iters)):
         a()
         b()
+    if cuda:
+        torch.cuda.synchronize()
     times_a, times_b = [], []
-    for _ in range(iters):
+    for i in range(iters):
         start = time.perf_counter_ns()
         a()
         middle = time.perf_counter_ns()
         b()
         times_b.append(time.perf_counter_ns() - middle)
         times_a.append(middle - start)
+        if cuda and i % _SYNC_EVERY == _SYNC_EVERY - 1:
+            torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     return statistics.median(times_a) / 1e3, statistics.median(times_b) / 1e3
+
+
+def _add_paired(rows, shape, name_a, a, name_b, b, iters, cuda):
+    """A row of `a` and `b` interleaved call by call (see _paired_us), printed."""
+    ours, theirs = _paired_us(a, b, iters, cuda)
+    rows.append({"shape": shape, "impl": f"interleaved: {name_a} / {name_b}",
+                 "host_us": ours, "peer_host_us": theirs, "ratio": ours / theirs})
+    print(f"{shape:40s} interleaved: {name_a} {ours:.2f} us, {name_b} {theirs:.2f} us, "
+          f"ratio {ours / theirs:.2f}", flush=True)
 
 
 def _gpu_us(call, iters=30):
@@ -225,19 +242,23 @@ def _rows_tiny(device, iters, cuda):
     if not cuda:  # the issue's CPU target: splitkv (new out, as SDPA's) / SDPA, interleaved
         new_out = lambda: splitkv.paged_attention(  # noqa: E731
             p["q"], p["kv_cache"], p["block_tables"], p["seq_lens"], workspace)
-        ours, theirs = _paired_us(new_out, sdpa, iters)
-        rows.append({"shape": shape, "impl": "interleaved: splitkv (new out) / SDPA",
-                     "host_us": ours, "sdpa_host_us": theirs, "ratio": ours / theirs})
-        print(f"{shape:40s} interleaved: splitkv {ours:.2f} us, SDPA {theirs:.2f} us, "
-              f"ratio {ours / theirs:.2f}", flush=True)
+        _add_paired(rows, shape, "splitkv (new out)", new_out, "SDPA", sdpa, iters, cuda)
     if cuda and FLAGS.flashinfer:
         for tc in (False, True):
             name = f"FlashInfer decode run(){' tensor cores' if tc else ''}"
             try:
-                add(name, _flashinfer_decode(decode, tc))
+                run = _flashinfer_decode(decode, tc)
+                add(name, run)
             except Exception as e:  # noqa: BLE001 - a missing or failing peer is a row's note
                 rows.append({"shape": shape, "impl": name, "error": f"{type(e).__name__}: {e}"[:300]})
                 print(f"{shape:40s} {name:34s} error {rows[-1]['error']}", flush=True)
+                continue
+            # Issue 15's comparison, free of the host's drift between rows.
+            _add_paired(rows, shape, "splitkv paged_attention(out=)", paged, name, run, iters,
+                        cuda)
+    if cuda:
+        _add_paired(rows, shape, "splitkv paged_attention(out=)", paged, "SDPA", sdpa, iters,
+                    cuda)
 
     # Ragged prefill: one request of 16 queries over 16 keys.
     shape = f"prefill 1 x 16, {heads}/{kv_heads} heads, d{head_dim}, {str(dtype)[6:]}"
@@ -252,8 +273,11 @@ def _rows_tiny(device, iters, cuda):
     if _calls is not None:
         add("splitkv ragged, full path", ragged, before=_calls._layouts.clear, gpu=False)
     q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
-    add("torch SDPA causal (contiguous)",
-        lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, **gqa))
+    sdpa_causal = lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, **gqa)  # noqa: E731
+    add("torch SDPA causal (contiguous)", sdpa_causal)
+    if cuda:
+        _add_paired(rows, shape, "splitkv ragged_attention(out=)", ragged, "SDPA causal",
+                    sdpa_causal, iters, cuda)
     return rows
 
 
@@ -297,7 +321,8 @@ def _markdown(rows):
         if "error" in r:
             cells = [r["error"], "", ""]
         if "ratio" in r:
-            cells = [f"{r['host_us']:.2f} vs SDPA {r['sdpa_host_us']:.2f}: {r['ratio']:.2f} x", "", ""]
+            peer = r["impl"].split(" / ", 1)[1]
+            cells = [f"{r['host_us']:.2f} vs {peer} {r['peer_host_us']:.2f}: {r['ratio']:.2f} x", "", ""]
         lines.append(f"| {r['shape']} | {r['impl']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
