@@ -47,11 +47,11 @@ using VI = Simd::VI;
 
 // Per-thread buffers, reused across tasks.
 struct Scratch {
-  std::vector<float> qt, st, ot, keys, values, stat;  // stat: row_max, row_sum, rescale (x rows_pad)
-  std::vector<int32_t> lo, hi;                      // visible keys of each row lane
-  std::vector<uint32_t> qt2, keys2;                 // bfloat16 pairs (AVX-512 BF16 scores)
-  std::vector<const uint32_t*> kp2;
-  std::vector<const float*> kp, vp;
+  Vector<float> qt, st, ot, keys, values, stat;  // stat: row_max, row_sum, rescale (x rows_pad)
+  Vector<int32_t> lo, hi;                      // visible keys of each row lane
+  Vector<uint32_t> qt2, keys2;                 // bfloat16 pairs (AVX-512 BF16 scores)
+  Vector<const uint32_t*> kp2;
+  Vector<const float*> kp, vp;
   const void* pf_k[kBlock];  // rows of the next block, to prefetch
   const void* pf_v[kBlock];
 };
@@ -350,8 +350,8 @@ inline void ForChunkGroups(int64_t chunks, const Fn& fn) {
 // kernels' broadcasts: float32 rows are copied too, since rows of a token-major tensor sit
 // a power of two apart (num_kv_heads x head_dim x 4 bytes) and would share a few L1 sets.
 template <typename T>
-inline const float* const* RowsAsFloat(const T* const* src, int64_t nb, int64_t d, std::vector<float>& buf,
-                                       std::vector<const float*>& ptrs) {
+inline const float* const* RowsAsFloat(const T* const* src, int64_t nb, int64_t d, Vector<float>& buf,
+                                       Vector<const float*>& ptrs) {
   for (int64_t j = 0; j < nb; ++j) {
     float* dst = &buf[j * d];
     for (int64_t e = 0; e < d; e += kL) Simd::Store(dst + e, Simd::Widen(src[j] + e));

@@ -75,7 +75,7 @@ int64_t WorkBound(int64_t total_q, int64_t num_qo_heads, int64_t max_kv, int64_t
 // exception is rethrown after them (ThreadPool::ParallelFor's contract): a split's counter
 // is only left zero when all its splits ran.
 template <typename Run>
-void RunTasks(const std::vector<RequestTile>& tiles, int64_t num_kv_heads, int64_t num_splits, int64_t work,
+void RunTasks(const Vector<RequestTile>& tiles, int64_t num_kv_heads, int64_t num_splits, int64_t work,
               const Run& run) {
   const int64_t per_tile = num_kv_heads * num_splits;
   const int64_t num_tasks = static_cast<int64_t>(tiles.size()) * per_tile;
@@ -99,8 +99,8 @@ void RunTasks(const std::vector<RequestTile>& tiles, int64_t num_kv_heads, int64
   if (error) std::rethrow_exception(error);
 }
 
-std::vector<RequestTile> EnumerateTiles(int64_t batch_size, const int32_t* cu_seqlens_q, int64_t q_tile_tokens) {
-  std::vector<RequestTile> tiles;
+Vector<RequestTile> EnumerateTiles(int64_t batch_size, const int32_t* cu_seqlens_q, int64_t q_tile_tokens) {
+  Vector<RequestTile> tiles;
   for (int64_t b = 0; b < batch_size; ++b) {
     const int64_t q_len = cu_seqlens_q == nullptr ? 1 : cu_seqlens_q[b + 1] - cu_seqlens_q[b];
     for (int64_t t = 0; t * q_tile_tokens < q_len; ++t) tiles.push_back({b, t});

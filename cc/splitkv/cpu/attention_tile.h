@@ -200,9 +200,9 @@ inline void AccumulateRows(const float* p, const float* v, float* out, int64_t n
 
 // Per-thread buffers, reused across tasks.
 struct TileScratch {
-  std::vector<float> q, acc, keys, values, scores, row_max, row_sum;
-  std::vector<int64_t> key_lo, key_hi;
-  std::vector<int64_t> row_lo, row_hi;  // visible keys of each row (block kernels)
+  Vector<float> q, acc, keys, values, scores, row_max, row_sum;
+  Vector<int64_t> key_lo, key_hi;
+  Vector<int64_t> row_lo, row_hi;  // visible keys of each row (block kernels)
 };
 
 // out_r += sum_j p_j v_j over row r's visible keys [key_lo, key_hi) of the block.
@@ -222,7 +222,7 @@ using KvElement = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<c
 // Loads a tile's queries as float32 into s.q and each token's visible keys into `visible`;
 // returns the union of the tokens' visible keys ({kv_len, kv_len} when none sees a key).
 template <typename T>
-KeyRange LoadTileRows(const TileInputs<T>& in, const TileRows& tile, TileScratch& s, std::vector<KeyRange>& visible) {
+KeyRange LoadTileRows(const TileInputs<T>& in, const TileRows& tile, TileScratch& s, Vector<KeyRange>& visible) {
   const int64_t d = in.head_dim;
   const int64_t group = in.group_size;
   s.q.resize(tile.num_tokens * group * d);
@@ -251,7 +251,7 @@ KeyRange LoadTileRows(const TileInputs<T>& in, const TileRows& tile, TileScratch
 // no BF16 dot product), and keys.begin must be a multiple of kKeyBlock.
 template <typename T, typename Kv>
 void RunTileKeys(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, TileScratch& s,
-                 const std::vector<KeyRange>& visible, KeyRange keys, bool invariant) {
+                 const Vector<KeyRange>& visible, KeyRange keys, bool invariant) {
   const int64_t d = in.head_dim;
   const int64_t group = in.group_size;
   const int64_t rows = tile.num_tokens * group;
@@ -389,7 +389,7 @@ void RunTileKeys(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, Ti
 template <typename T, typename Kv>
 void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, int64_t split_idx) {
   thread_local TileScratch s;
-  thread_local std::vector<KeyRange> visible;
+  thread_local Vector<KeyRange> visible;
   const int64_t d = in.head_dim;
   const int64_t group = in.group_size;
   const KeyRange tile_keys = LoadTileRows(in, tile, s, visible);
@@ -448,7 +448,7 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
   if (arrived != static_cast<uint32_t>(num_splits)) return;
 
   // The last task merges in fixed split order (bitwise-deterministic), then resets.
-  std::vector<float> merged(d);
+  Vector<float> merged(d);
   for (int64_t t = 0; t < tile.num_tokens; ++t) {
     for (int64_t g = 0; g < group; ++g) {
       const int64_t token = tile.token_begin + t;

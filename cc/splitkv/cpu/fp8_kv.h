@@ -68,15 +68,15 @@ class Fp8Rows {
 
  private:
   struct Buffers {
-    std::vector<uint8_t> ready;
-    std::vector<float> keys, values;
+    Vector<uint8_t> ready;
+    Vector<float> keys, values;
   };
   static Buffers& State() {
     thread_local Buffers buffers;
     return buffers;
   }
 
-  const float* Row(int64_t j, const std::vector<float>& buffer) const {
+  const float* Row(int64_t j, const Vector<float>& buffer) const {
     const int64_t chunk = j / kRowsPerChunk;
     if (!state_.ready[chunk]) Fill(chunk);
     return buffer.data() + j * d_;

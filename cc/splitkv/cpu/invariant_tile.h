@@ -74,9 +74,9 @@ inline void MergeInvariantRow(int64_t num_splits, int64_t d, const Stat& stat, c
 
 // Per-thread buffers of the in-task splits.
 struct InvariantScratch {
-  std::vector<SoftmaxStat> stats;  // [row][split]
-  std::vector<float> partials;     // [row][split][d]
-  std::vector<float> merged;       // [d]
+  Vector<SoftmaxStat> stats;  // [row][split]
+  Vector<float> partials;     // [row][split][d]
+  Vector<float> merged;       // [d]
 };
 
 // Task `task_split` of a tile in batch-invariant mode (see the top of this file).
@@ -84,7 +84,7 @@ template <typename T, typename Kv>
 void RunTileInvariant(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, int64_t task_split) {
   thread_local TileScratch s;
   thread_local InvariantScratch is;
-  thread_local std::vector<KeyRange> visible;
+  thread_local Vector<KeyRange> visible;
   const int64_t d = in.head_dim;
   const int64_t group = in.group_size;
   const int64_t rows = tile.num_tokens * group;

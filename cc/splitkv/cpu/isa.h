@@ -9,4 +9,42 @@
 #define SPLITKV_CPU_ISA baseline
 #endif
 
+#include <cstddef>
+#include <new>
+#include <vector>
+
+namespace splitkv::cpu {
+inline namespace SPLITKV_CPU_ISA {
+
+// The kernels' buffers are Vector<T>, never std::vector<T>: std::vector<T>'s out-of-line
+// members (assign, resize, ...) are weak symbols, and each build emits them compiled for its
+// own ISA; the linker keeps one copy for all three, so AVX2 code could call the AVX-512
+// build's copy (an illegal instruction on an AMD EPYC without AVX-512, in the static
+// library). A vector of this build's own allocator is another type, with its own symbols.
+template <typename T>
+struct IsaAllocator {
+  using value_type = T;
+  IsaAllocator() noexcept = default;
+  template <typename U>
+  IsaAllocator(const IsaAllocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p); }
+};
+
+template <typename T, typename U>
+bool operator==(const IsaAllocator<T>&, const IsaAllocator<U>&) noexcept {
+  return true;
+}
+
+template <typename T, typename U>
+bool operator!=(const IsaAllocator<T>&, const IsaAllocator<U>&) noexcept {
+  return false;
+}
+
+template <typename T>
+using Vector = std::vector<T, IsaAllocator<T>>;
+
+}  // namespace SPLITKV_CPU_ISA
+}  // namespace splitkv::cpu
+
 #endif  // SPLITKV_CPU_ISA_H_
