@@ -23,7 +23,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import splitkv  # noqa: E402
 from tools.bench.timing import time_calls  # noqa: E402
 
-_DECODE = [(1, 32768), (1, 131072), (8, 4096), (16, 4096), (16, 8192), (24, 8192), (64, 4096)]
+# 12 x 8192 and 8 x 16384: grids where the invariant plan's 2048-key splits run past one wave
+# of the two-an-SM wgmma-order kernel (384 and 512 CTAs) and the default's fit one.
+_DECODE = [(1, 32768), (1, 131072), (8, 4096), (8, 16384), (12, 8192), (16, 4096), (16, 8192), (24, 8192),
+           (64, 4096)]
 _PREFILL = [(1, 4096), (4, 4096), (8, 2048), (1, 16384)]
 _CPU_DECODE = [(1, 8192), (8, 2048)]
 _CPU_PREFILL = [(1, 2048)]
