@@ -135,10 +135,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
         (and what it declines) a decode-kernel path that reduces rows in its order (the
         same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-4.4 %
-        at batch >= 8 and 1-3 % at 1 x 32768 (8-10 % at 1 x 131072) and prefill 0.5-2 % at 1 x
-        4096 and 8 x 2048, 2-10 % at 4 x 4096 and 1 x 16384 against the default (README "Batch
-        invariance"); invariance holds among calls whose K/V rows
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-3 %
+        at batch >= 8 (3.6-6.3 % where the invariant grid runs past one wave and the
+        default's does not: 8 x 16384, 12 x 8192), 0 % at 1 x 32768 (9 % at 1 x 131072) and
+        prefill 0.5-2 % at 1 x 4096 and 8 x 2048, 2-10 % at 4 x 4096 and 1 x 16384 against the
+        default (README "Batch invariance"); invariance holds among calls whose K/V rows
         share one 16-byte alignment. The workspace must hold every split's partials,
         ``ceil(max_kv_len / invariant_split_keys)`` of them (ValueError otherwise), except
         where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA
@@ -357,10 +358,11 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
         (and what it declines) a decode-kernel path that reduces rows in its order (the
         same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-4.4 %
-        at batch >= 8 and 1-3 % at 1 x 32768 (8-10 % at 1 x 131072) and prefill 0.5-2 % at 1 x
-        4096 and 8 x 2048, 2-10 % at 4 x 4096 and 1 x 16384 against the default (README "Batch
-        invariance"); invariance holds among calls whose K/V rows
+        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-3 %
+        at batch >= 8 (3.6-6.3 % where the invariant grid runs past one wave and the
+        default's does not: 8 x 16384, 12 x 8192), 0 % at 1 x 32768 (9 % at 1 x 131072) and
+        prefill 0.5-2 % at 1 x 4096 and 8 x 2048, 2-10 % at 4 x 4096 and 1 x 16384 against the
+        default (README "Batch invariance"); invariance holds among calls whose K/V rows
         share one 16-byte alignment. The workspace must hold every split's partials,
         ``ceil(max_kv_len / invariant_split_keys)`` of them (ValueError otherwise), except
         where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA

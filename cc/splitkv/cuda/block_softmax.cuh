@@ -33,6 +33,71 @@ struct SoftmaxScales {
         exp_scale(soft_cap > 0.0f || scale_log2 <= 0.0f ? 1.0f : scale_log2) {}  // members in order
 };
 
+// The pieces of BlockSoftmax, each one float operation sequence, for a caller that runs
+// them on part of a block (the decode kernel's wgmma-order path: a warp exponentiates its
+// quarter of the keys, then every thread sums the whole block's probabilities).
+//
+// One row's running max from its block max `block_max` (the raw max over the block's
+// logits, quad-reduced), and alpha; returns the reference the exponents subtract.
+__device__ __forceinline__ float UpdateRowMax(float block_max, const SoftmaxScales& sc, float& row_max,
+                                              float& alpha) {
+  const float m = fmaxf(row_max, block_max * sc.exp_scale);  // -inf stays -inf
+  const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;       // a row with no key yet: p = 0
+  alpha = FastExp2(row_max - m_ref);
+  row_max = m;
+  return m_ref;
+}
+// A logit's probability against the row's reference.
+__device__ __forceinline__ float ExpLogit(float s, const SoftmaxScales& sc, float m_ref) {
+  return FastExp2(fmaf(s, sc.exp_scale, -m_ref));
+}
+// The running sum after a block whose four chains summed to sum[0..3].
+__device__ __forceinline__ float FoldBlockSum(float row_sum, float alpha, const float (&sum)[4]) {
+  return row_sum * alpha + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+}
+// Row i's block sum from the whole block's probabilities s (BlockSoftmax's layout), in
+// BlockSoftmax's chains and order.
+template <int kSRegs>
+__device__ __forceinline__ float AddBlockSum(const float (&s)[kSRegs], int i, float alpha, float row_sum) {
+  float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int c = 0; c < kSRegs / 4; ++c) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) sum[(2 * c + e) % 4] += s[4 * c + 2 * i + e];
+  }
+  return FoldBlockSum(row_sum, alpha, sum);
+}
+// The cap / scale transform and the mask of logits s: kSRegs / 4 column tiles of 8 keys from
+// key j0 (a whole block, or a warp's slice of one).
+template <int kSRegs>
+__device__ __forceinline__ void PrepareLogits(float (&s)[kSRegs], int j0, int lane, const SoftmaxScales& sc,
+                                              const bool (&row_valid)[2], const int (&row_lo)[2],
+                                              const int (&row_hi)[2]) {
+  constexpr int kKeys = kSRegs * 2;
+  if (sc.cap > 0.0f) {
+#pragma unroll
+    for (int e = 0; e < kSRegs; ++e) s[e] = sc.cap_log2 * tanhf(s[e] * sc.cap_scale);
+  } else if (sc.scale_log2 <= 0.0f) {
+#pragma unroll
+    for (int e = 0; e < kSRegs; ++e) s[e] *= sc.scale_log2;
+  }
+  // Mask only blocks that some row of this warp does not see whole.
+  bool partial = false;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + kKeys <= row_hi[i]);
+  if (__any_sync(0xffffffffu, partial)) {
+#pragma unroll
+    for (int c = 0; c < kSRegs / 4; ++c) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
+        const int i = e >> 1;
+        if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
+      }
+    }
+  }
+}
+
 // Block logits s (keys j0 .. j0 + kBlockN) -> probabilities in place (fp32); updates the row
 // max (log2 units) and this thread's share of the row sum, and sets alpha, the factor the
 // output so far must be scaled by. Keys outside a row's [row_lo, row_hi) are masked by
@@ -45,28 +110,8 @@ __device__ __forceinline__ void BlockSoftmax(float (&s)[kSRegs], int j0, int lan
                                              const bool (&row_valid)[2], const int (&row_lo)[2],
                                              const int (&row_hi)[2], float (&row_max)[2], float (&row_sum)[2],
                                              float (&alpha)[2]) {
-  if (sc.cap > 0.0f) {
-#pragma unroll
-    for (int e = 0; e < kSRegs; ++e) s[e] = sc.cap_log2 * tanhf(s[e] * sc.cap_scale);
-  } else if (sc.scale_log2 <= 0.0f) {
-#pragma unroll
-    for (int e = 0; e < kSRegs; ++e) s[e] *= sc.scale_log2;
-  }
-  // Mask only blocks that some row of this warp does not see whole.
-  bool partial = false;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + kBlockN <= row_hi[i]);
-  if (__any_sync(0xffffffffu, partial)) {
-#pragma unroll
-    for (int c = 0; c < kSRegs / 4; ++c) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
-        const int i = e >> 1;
-        if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
-      }
-    }
-  }
+  static_assert(kSRegs * 2 == kBlockN, "a thread's logits cover the block");
+  PrepareLogits(s, j0, lane, sc, row_valid, row_lo, row_hi);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     // This thread's kSRegs / 2 logits of row i, s[4 c + 2 i + e], reduced pairwise.
@@ -84,21 +129,18 @@ __device__ __forceinline__ void BlockSoftmax(float (&s)[kSRegs], int j0, int lan
     float m = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    m = fmaxf(row_max[i], m * sc.exp_scale);              // -inf stays -inf
-    const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;  // a row with no key yet: p = 0
-    alpha[i] = FastExp2(row_max[i] - m_ref);
-    row_max[i] = m;
+    const float m_ref = UpdateRowMax(m, sc, row_max[i], alpha[i]);
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int c = 0; c < kPairs; ++c) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const float pr = FastExp2(fmaf(s[4 * c + 2 * i + e], sc.exp_scale, -m_ref));
+        const float pr = ExpLogit(s[4 * c + 2 * i + e], sc, m_ref);
         s[4 * c + 2 * i + e] = pr;
         sum[(2 * c + e) % 4] += pr;
       }
     }
-    row_sum[i] = row_sum[i] * alpha[i] + ((sum[0] + sum[1]) + (sum[2] + sum[3]));
+    row_sum[i] = FoldBlockSum(row_sum[i], alpha[i], sum);
   }
 }
 

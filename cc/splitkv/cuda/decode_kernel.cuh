@@ -42,7 +42,7 @@
 //  - batch-invariant calls at head_dim 64/128 over 16-bit K/V (kWgmmaOrder) reduce every row
 //    in the wgmma prefill kernel's order instead: the whole 128-key block's S in every thread
 //    in the wgmma accumulator layout (one k-step chain a column tile, a quarter of the tiles a
-//    warp, exchanged through shared memory), the prefill's softmax, a quarter of head_dim a
+//    warp, their exponentials exchanged through shared memory), the prefill's softmax, a quarter of head_dim a
 //    warp in P V, so a token gets the same bits from a decode as from a prefill (see that
 //    path's comment).
 // Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
@@ -129,10 +129,11 @@ struct BulkDecodeShape {
   // The stages come first, at a base aligned to the swizzle's 1024-byte atom (the slack is
   // allocated); Q follows them.
   static constexpr size_t kAlign = kPageTma ? 1024 : 16;
-  // kWgmmaOrder by tensor copies (kSharedLogits): the block's logits, [kBlockN / 8 column
-  // tiles][32 lanes][4] floats after Q (each warp computes a quarter of them; every warp reads
-  // them all). Row copies' padded stages leave no room for them at two CTAs an SM: there every
-  // warp computes the whole block's logits (the same values).
+  // kWgmmaOrder by tensor copies (kSharedLogits): the block's probabilities, [kBlockN / 8
+  // column tiles][32 lanes][4] floats after Q (each warp computes a quarter of the logits and
+  // their exponentials; every warp reads them all). Row copies' padded stages leave no room for
+  // them at two CTAs an SM: there every warp computes the whole block's logits and softmax (the
+  // same values).
   static constexpr bool kSharedLogits = kWgmmaOrder && kPageTma;
   static constexpr size_t kLogitBytes = kSharedLogits ? size_t{kRows} * kBlockN * 4 : 0;
   static constexpr size_t kMainBytes = (size_t{kQElems} + size_t{kSlots} * kKvElems) * 2 + kLogitBytes + kAlign;
@@ -309,6 +310,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   M* const s_q = reinterpret_cast<M*>(s_kv + S::kSlots * S::kKvElems);
   [[maybe_unused]] float* const s_logits = reinterpret_cast<float*>(s_q + S::kQElems);  // kWgmmaOrder
   __shared__ float s_q_scale[S::kFp8 ? S::kRows : 1];
+  [[maybe_unused]] __shared__ float s_block_max[S::kSharedLogits ? S::kWarpsN * S::kRows : 1];  // kSharedLogits
 
   // The barriers are set up (and the tensor maps fetched) while seq_lens is in flight: the
   // CTA-wide barrier publishing them comes after that read is issued.
@@ -572,9 +574,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     // the float work of prefill_sm90.cuh's consumers: every thread holds S for the whole
     // 128-key block, each column tile from one chain of k-steps (the accumulator layout of
     // thread (g, t) is then that of a wgmma thread: columns 8 c + 2 t, + 1 of rows g, g + 8;
-    // the warps compute a quarter of the tiles each and exchange them), runs the prefill's
-    // softmax on it (the max over raw logits, exp2 of one FMA, four sum chains, the same
-    // rescale), and takes a quarter of head_dim in P V, 8 k-steps in key order onto its
+    // the warps compute a quarter of the tiles each), runs the prefill's softmax on it (the max
+    // over raw logits, exp2 of one FMA, four sum chains, the same rescale: with shared logits
+    // each warp exponentiates its quarter and the probabilities are exchanged), and takes a quarter of head_dim in P V, 8 k-steps in key order onto its
     // columns. Every warp holds the same row max and sum; none is merged across warps.
     constexpr int kSRegs = S::kBlockN / 2;           // 64: S of 16 rows x 128 keys a lane
     constexpr int kPSteps = S::kBlockN / 16;         // 8 k-steps of P V
@@ -613,37 +615,65 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
           }
         }
       };
-      // kSharedLogits: warp w computes column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31) and
-      // stores them where lane `lane` of every warp reads them back: the same chains on the
-      // same operands, so every thread ends with the values it would have computed for the
-      // whole block itself (H200: see docs/perf_log.md 2026-12-02, session 24). Otherwise
-      // every warp computes the whole block's.
+      // kSharedLogits: warp w computes column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31), the
+      // same chains on the same operands as a thread computing the whole block, and takes
+      // BlockSoftmax's steps that need no other keys on them: the scale and mask, its max (the
+      // maxima of the four warps' slices give the block's: max is exact in any order), and the
+      // exponentials. The probabilities go through shared memory, where every thread reads the
+      // whole block's back for BlockSoftmax's sum chains (which run over the block's keys in
+      // order) and the P V operand. A warp exponentiates 32 keys, not 128 (H200: docs/
+      // perf_log.md 2026-12-04). Otherwise every warp computes the whole block's logits and
+      // softmax (the same values).
       float s[kSRegs];
+      float alpha[2];
       if constexpr (S::kSharedLogits) {
         constexpr int kWarpNPairs = S::kBlockN / 16 / S::kWarpsN;  // 16-key column pairs a warp
-        float sw[kWarpNPairs * 8];
+        constexpr int kWarpRegs = kWarpNPairs * 8;
+        float sw[kWarpRegs];
         s_pairs(std::integral_constant<int, kWarpNPairs>{}, warp * kWarpNPairs, sw);
+        PrepareLogits(sw, j0 + warp * 2 * kWarpRegs, lane, scales, row_valid, row_lo, row_hi);
 #pragma unroll
-        for (int c = 0; c < 2 * kWarpNPairs; ++c) {
-          *reinterpret_cast<float4*>(s_logits + ((warp * 2 * kWarpNPairs + c) * 32 + lane) * 4) =
+        for (int i = 0; i < 2; ++i) {
+          float m = SPLITKV_NEG_INF;
+#pragma unroll
+          for (int c = 0; c < kWarpRegs / 4; ++c) m = fmaxf(m, fmaxf(sw[4 * c + 2 * i], sw[4 * c + 2 * i + 1]));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+          m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+          if ((lane & 3) == 0) s_block_max[warp * S::kRows + lane_row(i)] = m;
+        }
+        __syncthreads();  // every warp has read K and stored its slice's maxima
+        load_part(part_k + S::kStages);  // K's buffer takes the stream's next part
+        float m_ref[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          float m = s_block_max[lane_row(i)];
+#pragma unroll
+          for (int w = 1; w < S::kWarpsN; ++w) m = fmaxf(m, s_block_max[w * S::kRows + lane_row(i)]);
+          m_ref[i] = UpdateRowMax(m, scales, row_max[i], alpha[i]);
+        }
+#pragma unroll
+        for (int e = 0; e < kWarpRegs; ++e) sw[e] = ExpLogit(sw[e], scales, m_ref[(e >> 1) & 1]);  // s[4 c + 2 i + e]
+#pragma unroll
+        for (int c = 0; c < kWarpRegs / 4; ++c) {
+          *reinterpret_cast<float4*>(s_logits + ((warp * kWarpRegs / 4 + c) * 32 + lane) * 4) =
               make_float4(sw[4 * c], sw[4 * c + 1], sw[4 * c + 2], sw[4 * c + 3]);
         }
-        __syncthreads();  // every warp has read K and stored its logits
-        load_part(part_k + S::kStages);  // K's buffer takes the stream's next part
+        __syncthreads();  // every warp's probabilities are stored
 #pragma unroll
         for (int c = 0; c < kSRegs / 4; ++c) {
           const float4 v = *reinterpret_cast<const float4*>(s_logits + (c * 32 + lane) * 4);
           s[4 * c] = v.x, s[4 * c + 1] = v.y, s[4 * c + 2] = v.z, s[4 * c + 3] = v.w;
         }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) row_sum[i] = AddBlockSum(s, i, alpha[i], row_sum[i]);
       } else {
         s_pairs(std::integral_constant<int, S::kBlockN / 16>{}, 0, s);
         __syncthreads();  // every warp has read K: its buffer takes the stream's next part
         load_part(part_k + S::kStages);
+        // The prefill's softmax (block_softmax.cuh), the same function.
+        BlockSoftmax<kSRegs, S::kBlockN>(s, j0, lane, scales, row_valid, row_lo, row_hi, row_max, row_sum, alpha);
       }
 
-      // The prefill's softmax and packing (block_softmax.cuh), the same functions.
-      float alpha[2];
-      BlockSoftmax<kSRegs, S::kBlockN>(s, j0, lane, scales, row_valid, row_lo, row_hi, row_max, row_sum, alpha);
       uint32_t a[kPSteps][4];
       PackProbabilities<T>(s, a);
       // The output so far times alpha plus +0, then P V onto it (the prefill's operations; its

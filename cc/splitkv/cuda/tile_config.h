@@ -5,8 +5,8 @@
 // GQA decode step reads each KV block once for the whole group:
 //   decode tiles:  16 rows (1 warp of rows); the 4 warps split each 64-key block in 4 (the
 //                  batch-invariant wgmma-order path: each warp a quarter of the 128-key
-//                  block's logits, exchanged so every warp holds them all, and a quarter of
-//                  head_dim).
+//                  block's logits and their exponentials, the probabilities exchanged so
+//                  every warp holds them all, and a quarter of head_dim).
 //   prefill tiles: 64 rows (4 warps of 16 rows); every warp sees the whole key block.
 // Calls use decode tiles when a tile's rows (max_q_len x group) fit in 16, else prefill tiles
 // (ragged calls run the wgmma kernel's own 128-row tiles where it serves them); batch-
