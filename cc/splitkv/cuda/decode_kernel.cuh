@@ -42,9 +42,9 @@
 //  - batch-invariant calls at head_dim 64/128 over 16-bit K/V (kWgmmaOrder) reduce every row
 //    in the wgmma prefill kernel's order instead: the whole 128-key block's S in every thread
 //    in the wgmma accumulator layout (one k-step chain a column tile, a quarter of the tiles a
-//    warp, their exponentials exchanged through shared memory), the prefill's softmax, a quarter of head_dim a
-//    warp in P V, so a token gets the same bits from a decode as from a prefill (see that
-//    path's comment).
+//    warp, their exponentials exchanged through shared memory), the prefill's softmax, a
+//    quarter of head_dim a warp in P V, so a token gets the same bits from a decode as from a
+//    prefill (see that path's comment).
 // Needs compute capability 9.0 and 16-byte aligned rows (kv_vec); elsewhere the launcher
 // runs AttentionKernel.
 #ifndef SPLITKV_CUDA_DECODE_KERNEL_CUH_
@@ -576,8 +576,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     // thread (g, t) is then that of a wgmma thread: columns 8 c + 2 t, + 1 of rows g, g + 8;
     // the warps compute a quarter of the tiles each), runs the prefill's softmax on it (the max
     // over raw logits, exp2 of one FMA, four sum chains, the same rescale: with shared logits
-    // each warp exponentiates its quarter and the probabilities are exchanged), and takes a quarter of head_dim in P V, 8 k-steps in key order onto its
-    // columns. Every warp holds the same row max and sum; none is merged across warps.
+    // each warp exponentiates its quarter and the probabilities are exchanged), and takes a
+    // quarter of head_dim in P V, 8 k-steps in key order onto its columns. Every warp holds
+    // the same row max and sum; none is merged across warps.
     constexpr int kSRegs = S::kBlockN / 2;           // 64: S of 16 rows x 128 keys a lane
     constexpr int kPSteps = S::kBlockN / 16;         // 8 k-steps of P V
     constexpr int kWarpDTiles = S::kDTiles / S::kWarpsN;  // this warp's d-tiles
