@@ -214,7 +214,8 @@ def main(argv):
     summary = report.peer_summary(rows, device.type)
     if summary:
         text += ("\nsplitkv against the fastest other implementation and the fastest FlashInfer / "
-                 "FA3 row of each case:\n\n" + summary + "\n")
+                 "FA3 row of each case (prefill: ragged rows at page '-', paged rows at their "
+                 "page size):\n\n" + summary + "\n")
     with open(os.path.join(FLAGS.out_dir, "bench.md"), "w") as f:
         f.write(text)
     print("\n" + text + "".join(f"note: {n}\n" for n in meta["notes"]))

@@ -54,13 +54,14 @@ def main():
     sdpa_rows = [r for r in rows if r["impl"] == "sdpa"]
     assert len(sdpa_rows) == 4 and all(r["status"] == "ok" for r in sdpa_rows), sdpa_rows
     # FlashInfer and FA3 are never silently absent: on the CPU, one skipped row each per decode
-    # page size (3; the fp8 one for the bfloat16 case) and prefill case (2), with the reason,
-    # in the JSON and the table.
+    # page size (3; the fp8 one for the bfloat16 case) and prefill case (2: ragged and paged),
+    # with the reason, in the JSON and the table.
     peer_rows = [r for r in rows if r["impl"].startswith(("flashinfer", "fa3"))]
-    assert len(peer_rows) == 3 * 4 + 1 + 2 * 3, [(r["shape"], r["impl"]) for r in peer_rows]
+    assert len(peer_rows) == 3 * 4 + 1 + 2 * (3 + 3), [(r["shape"], r["impl"]) for r in peer_rows]
     for row in peer_rows:
         assert row["status"] == "skipped" and "runs on CUDA only" in row["note"], row
     assert "| prefill | 2 x 100 d64 | float32 | flashinfer sm90 | - | - |" in result.stdout, result.stdout
+    assert "| prefill | 2 x 100 d64 | float32 | fa3 paged | 16 | - |" in result.stdout, result.stdout
     for row in rows:
         if row["status"] == "ok":  # the CPU has one figure, wall time per call
             assert row["eager_seconds"] == row["seconds"] and row["graph_seconds"] is None, row

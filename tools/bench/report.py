@@ -77,11 +77,20 @@ def _best(rows, key):
 SERVING_PEERS = ("flashinfer", "fa3")  # impl name prefixes of serving_peers.py's rows
 
 
+def _is_own(row):
+    """splitkv's row a summary line is about: decode's `splitkv` per page size, prefill's
+    ragged `splitkv` (no page size) and `splitkv paged` (its page size)."""
+    return row["impl"] == "splitkv" or (row["section"] == "prefill" and row["impl"] == "splitkv paged")
+
+
 def peer_summary(rows, device_type):
     """splitkv against the fastest other implementation of each case (and page size), and
     against the fastest serving peer (FlashInfer, FA3), from the CUDA graph and the eager
-    figures: decode in bandwidth, prefill in FLOP/s. Only rows whose output passed the
-    float64 check count. Empty off CUDA."""
+    figures: decode in bandwidth, prefill in FLOP/s. Decode: each page size's splitkv row
+    against the peers on that page size and the contiguous-KV ones (SDPA, flex). Prefill:
+    the ragged splitkv row against the ragged peers (page "-"), `splitkv paged` against the
+    peers on the same paged cache (its page size). Only rows whose output passed the float64
+    check count. Empty off CUDA."""
     if device_type != "cuda":
         return ""
     bw_scale, bw_unit, fl_scale, fl_unit = _units(device_type)
@@ -95,14 +104,16 @@ def peer_summary(rows, device_type):
         amount, scale, unit = ("kv_bytes", bw_scale, bw_unit) if section == "decode" else \
             ("flops", fl_scale, fl_unit)
         digits = 2 if section == "decode" else 0
-        pages = sorted({r["case"].get("page_size") for r in members if r["impl"] == "splitkv"},
+        pages = sorted({r["case"].get("page_size") for r in members if _is_own(r)},
                        key=lambda p: p or 0)
         for page in pages or [None]:
-            # Contiguous-KV peers (SDPA, flex) stand beside every page size.
-            mine = [r for r in members if r["impl"] == "splitkv" and r["case"].get("page_size") == page]
-            # splitkv's own variant rows (sinks, fp8, paged prefill) are not "others".
+            mine = [r for r in members if _is_own(r) and r["case"].get("page_size") == page]
+            # Contiguous-KV decode peers (SDPA, flex) stand beside every page size; a prefill
+            # line compares ragged with ragged, paged with paged.
+            beside = (page, None) if section == "decode" else (page,)
+            # splitkv's own variant rows (sinks, fp8, invariant) are not "others".
             others = [r for r in members if not r["impl"].startswith("splitkv")
-                      and r["case"].get("page_size") in (page, None)]
+                      and r["case"].get("page_size") in beside]
             serving = [r for r in others if r["impl"].startswith(SERVING_PEERS)]
             cells = [section, shape, dtype, str(page or "-"), unit]
             for timed in ("graph_seconds", "eager_seconds"):

@@ -247,6 +247,10 @@ def run_prefill(ctx, case):
     rows.append(_measure(ctx, case, dtype, "splitkv paged", peers.splitkv_paged_prefill(), paged, sample,
                          sdpa_ref, page_size=page_size, splitkv_row=True))
     _note_ratio(rows[-1], base)
+    # The serving peers on the same paged caches (FlashInfer's paged prefill, FA3's kvcache call).
+    for name, prepare in serving_peers.paged_prefill_peers():
+        rows.append(_measure(ctx, case, dtype, name, prepare, paged, sample, sdpa_ref,
+                             page_size=page_size))
     if fp8:
         rows.append(_measure(ctx, case, dtype, "splitkv paged fp8", peers.splitkv_paged_prefill(inputs.FP8_SCALE),
                              [inputs.fp8_paged_prefill_copy(p) for p in paged], sample, sdpa_ref,

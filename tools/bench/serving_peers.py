@@ -240,6 +240,24 @@ def _nhd_views(ctx, kv_cache):
     return kv_cache[:, 0], kv_cache[:, 1]
 
 
+def _fa3_caches(ctx, paged, layout):
+    """Each copy's (k_cache, v_cache) as FA3 reads them: "views" (_nhd_views: strided for
+    HND, no copy) or "copy" (contiguous NHD copies, made beforehand)."""
+    if layout == "views":
+        return [_nhd_views(ctx, p.kv_cache) for p in paged]
+    return [tuple(x.contiguous() for x in _nhd_views(ctx, p.kv_cache)) for p in paged]
+
+
+def _fa3_fallbacks(ctx, make):
+    """FA3's variants in the order tried (peers.first_working): the cache's own pages with
+    scheduler metadata planned, the same with metadata per call, K/V copied to contiguous NHD.
+    make(layout, planned) returns (call for copy i, to-canonical)."""
+    layout_name = "HND pages as strided views" if ctx.kv_layout == "HND" else "NHD pages"
+    return [(f"{layout_name}, scheduler metadata planned", lambda: make("views", True)),
+            (f"{layout_name}, metadata per call", lambda: make("views", False)),
+            ("K/V copied to contiguous NHD beforehand, metadata per call", lambda: make("copy", False))]
+
+
 def fa3_decode(ctx, paged):
     """flash_attn_with_kvcache on the paged cache (split-KV and PackGQA by FA3's heuristic),
     its scheduler metadata computed beforehand (as vLLM does) where the call accepts it."""
@@ -250,10 +268,7 @@ def fa3_decode(ctx, paged):
     max_len = max(int(p.seq_lens.max()) for p in paged)
 
     def make(layout, planned):
-        if layout == "views":
-            caches = [_nhd_views(ctx, p.kv_cache) for p in paged]
-        else:
-            caches = [tuple(x.contiguous() for x in _nhd_views(ctx, p.kv_cache)) for p in paged]
+        caches = _fa3_caches(ctx, paged, layout)
         metadata = [None] * len(paged)
         if planned:
             metadata = [fa3.get_scheduler_metadata(
@@ -268,11 +283,7 @@ def fa3_decode(ctx, paged):
                                                scheduler_metadata=metadata[i])
         return call, lambda out: out.squeeze(1)
 
-    layout_name = "HND pages as strided views" if ctx.kv_layout == "HND" else "NHD pages"
-    variant, call, canon = peers.first_working([
-        (f"{layout_name}, scheduler metadata planned", lambda: make("views", True)),
-        (f"{layout_name}, metadata per call", lambda: make("views", False)),
-        ("K/V copied to contiguous NHD beforehand, metadata per call", lambda: make("copy", False))])
+    variant, call, canon = peers.first_working(_fa3_fallbacks(ctx, make))
     return peers.prepared_calls(paged, call, canon, variant)
 
 
@@ -333,3 +344,79 @@ def prefill_peers():
     return [("flashinfer fa2", flashinfer_prefill("fa2")),
             ("flashinfer sm90", flashinfer_prefill("fa3")),
             ("fa3", fa3_prefill)]
+
+
+# ---- paged prefill (inputs.PagedPrefillCopy: each prompt one chunk over the paged cache) ----
+
+
+def flashinfer_paged_prefill(backend):
+    """BatchPrefillWithPagedKVCacheWrapper, backend "fa2" or "fa3" (its sm_90 kernel), in the
+    cache's own kv_layout: one wrapper per input copy (each copy has its own block_tables),
+    planned once with qo_indptr = cu_seqlens_q and the copy's page lists (_csr_pages)."""
+
+    def make(ctx, paged):
+        p0 = paged[0]
+        fi = _flashinfer(ctx, p0.q.dtype)
+        case = ctx.case
+        workspace = _workspace(ctx, "flashinfer", WORKSPACE_BYTES)
+        wrappers, outs = [], []
+        for p in paged:
+            page_size, indptr, indices, last = _csr_pages(ctx, p)
+            wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, kv_layout=ctx.kv_layout,
+                                                             backend=backend)
+            wrapper.plan(p.cu_seqlens_q, indptr, indices, last, case.num_qo_heads, case.num_kv_heads,
+                         case.head_dim, page_size, causal=case.causal, q_data_type=p.q.dtype,
+                         kv_data_type=p.kv_cache.dtype)
+            wrappers.append(wrapper)
+            outs.append(torch.empty_like(p.q))
+
+        def call(i):
+            return wrappers[i].run(paged[i].q, paged[i].kv_cache, out=outs[i])
+
+        def check():
+            outs[0].fill_(float("nan"))
+            return call(0)
+
+        return peers.Prepared([lambda i=i: call(i) for i in range(len(paged))], check,
+                              f"paged {ctx.kv_layout}, backend {backend}")
+
+    return _flashinfer_guard(make)
+
+
+def fa3_paged_prefill(ctx, paged):
+    """flash_attn_with_kvcache with q packed [total_q, heads, d] (cu_seqlens_q, max_seqlen_q),
+    page_table = block_tables, cache_seqlens = seq_lens and the case's causal; the cache and
+    the fallbacks as fa3_decode (HND pages as strided NHD views; scheduler metadata planned
+    beforehand where the call accepts it)."""
+    p0 = paged[0]
+    fa3 = _fa3(ctx, p0.q.dtype, p0.q.shape[-1])
+    case = ctx.case
+    page_size, _, _ = _page_geometry(ctx, p0)
+    max_seqlen_q = max(case.lengths)
+
+    def make(layout, planned):
+        caches = _fa3_caches(ctx, paged, layout)
+        metadata = [None] * len(paged)
+        if planned:
+            metadata = [fa3.get_scheduler_metadata(
+                len(case.lengths), max_seqlen_q, int(p.seq_lens.max()), case.num_qo_heads,
+                case.num_kv_heads, case.head_dim, p.seq_lens, qkv_dtype=p.q.dtype,
+                cu_seqlens_q=p.cu_seqlens_q, page_size=page_size, causal=case.causal) for p in paged]
+
+        def call(i):
+            p = paged[i]
+            k_cache, v_cache = caches[i]
+            return fa3.flash_attn_with_kvcache(p.q, k_cache, v_cache, cache_seqlens=p.seq_lens,
+                                               page_table=p.block_tables, cu_seqlens_q=p.cu_seqlens_q,
+                                               max_seqlen_q=max_seqlen_q, causal=case.causal,
+                                               scheduler_metadata=metadata[i])
+        return call, lambda out: out
+
+    variant, call, canon = peers.first_working(_fa3_fallbacks(ctx, make))
+    return peers.prepared_calls(paged, call, canon, variant)
+
+
+def paged_prefill_peers():
+    return [("flashinfer fa2 paged", flashinfer_paged_prefill("fa2")),
+            ("flashinfer sm90 paged", flashinfer_paged_prefill("fa3")),
+            ("fa3 paged", fa3_paged_prefill)]
