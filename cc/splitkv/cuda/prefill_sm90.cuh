@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     MbarrierWait(v_full + stage, parity);
     unsigned char* const v_tile = smem + S::kVOffset + stage * S::kKvTileBytes;
     const uint4 zero = make_uint4(0, 0, 0, 0);
-    for (uint32_t c = row_begin * 8 + threadIdx.x; c < static_cast<uint32_t>(row_end) * 8; c += 32) {
+    for (uint32_t c = row_begin * 8 + threadIdx.x % 32; c < static_cast<uint32_t>(row_end) * 8; c += 32) {
 #pragma unroll
       for (int h = 0; h < S::kHalves; ++h) *reinterpret_cast<uint4*>(v_tile + h * S::kKvHalfBytes + c * 16) = zero;
     }
@@ -217,12 +217,16 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     MbarrierArrive(done);
   };
 
+  // Paged blocks of more than 8 tensor copies each for K and V (page 16 at head_dim 128 or
+  // 256) are copied by four producer warps, two a K (V) stage; others by one (see the producer).
+  const bool four_copiers = kPaged && S::kBlockN / params.box_rows * S::kHalves > 8;
+  const int fill_warps = four_copiers ? 2 : 1;  // arrivals on a K (V) stage's "full" barrier
   if (threadIdx.x == 0) {
     MbarrierInit(q_full, 1);
 #pragma unroll
     for (int s = 0; s < S::kStages; ++s) {
-      MbarrierInit(k_full + s, 1);
-      MbarrierInit(v_full + s, 1);
+      MbarrierInit(k_full + s, fill_warps);
+      MbarrierInit(v_full + s, fill_warps);
       MbarrierInit(k_empty + s, S::kConsumerWarps);
       MbarrierInit(v_empty + s, S::kConsumerWarps);
     }
@@ -236,9 +240,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   if (warpgroup == 0) {
     // ---- producer ----
     RegDealloc<24>();
-    if (threadIdx.x >= 32) return;  // warp 0 produces
-    const int lane = threadIdx.x;
-    if (lane == 0) {
+    if (threadIdx.x >= (four_copiers ? 128 : 32)) return;  // warp 0 produces, or warps 0-3
+    const int lane = threadIdx.x % 32, producer_warp = threadIdx.x / 32;
+    const int v_warp = four_copiers ? 1 : 0;  // copies V: zeroes the rows no row may see
+    if (threadIdx.x == 0) {
       PrefetchTensorMap(&tm_q);
       PrefetchTensorMap(&tm_k);
       PrefetchTensorMap(&tm_v);
@@ -250,47 +255,75 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       }
     }
     if constexpr (kPaged) {
-      // Lane l copies half l % kHalves of box l / kHalves of every K and V block (at most
-      // 32 copies a block: box_rows >= 8, so kBlockN / 8 * kHalves <= 32).
-      const int box_rows = params.box_rows;
-      const int boxes = S::kBlockN / box_rows;
-      const int box = lane / S::kHalves, half = lane % S::kHalves;
-      const bool copier = box < boxes;
-      const int32_t* const pages = params.paged.block_tables + request * params.paged.block_tables_stride;
-      const int shift = params.paged.page_size_log2;
-      const int slot_mask = (1 << shift) - 1;
-      auto box_key = [&](int b) { return block_base + b * S::kBlockN + box * box_rows; };
-      auto page_for = [&](int b) {
-        return copier && b < num_blocks && box_key(b) < key_end ? __ldg(pages + (box_key(b) >> shift)) : 0;
-      };
-      int page = page_for(0);
-      for (int b = 0; b < num_blocks; ++b) {
-        const int stage = b % S::kStages;
-        const uint32_t reuse = b / S::kStages;
-        const int next_page = page_for(b + 1);  // read while this block's copies wait
-        const int j0 = block_base + b * S::kBlockN;
-        const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
-        const int j = box_key(b);
-        const bool issue = copier && j < key_end;
-        const int slot = j & slot_mask;
-        auto fill = [&](const CUtensorMap* map, uint64_t* full, uint64_t* empty, uint32_t offset) {
-          if (reuse > 0) MbarrierWait(empty + stage, (reuse - 1) & 1);
-          if (lane == 0) MbarrierArriveExpectTx(full + stage, fetched * S::kHalves * box_rows * 128);
-          if (!issue) return;
-          unsigned char* dst = smem + offset + stage * S::kKvTileBytes + half * S::kKvHalfBytes + box * box_rows * 128;
-          if (params.slot_inner) {
-            TensorCopy4dToShared(dst, map, full + stage, half * 64, slot, kv_head, page);
-          } else {
-            TensorCopy4dToShared(dst, map, full + stage, half * 64, kv_head, slot, page);
-          }
+      // A block at small pages is many tensor copies (page 16, head_dim 128: 16 of K and 16 of
+      // V), and a copy whose coordinates differ across a warp's lanes is issued one lane at a
+      // time (the copy instruction takes warp-uniform operands): one warp issuing them all held
+      // the consumers back (paged / ragged 0.73 at page 16 on the H200, 0.94 with four:
+      // docs/perf_log.md 2026-12-04). So with four_copiers, warps 0 and 2 copy K, 1 and 3 V,
+      // each on its own scheduler and asleep in its waits (MbarrierWaitSleeping), warp w the
+      // boxes of parity w / 2; otherwise warp 0 copies K, then V. Lane l of a copier takes half
+      // l % kHalves of its (l / kHalves)-th box (at most 32 copies a warp: box_rows >= 8, so
+      // kBlockN / 8 * kHalves <= 32), and each copier's lane 0 arrives on the stage's barrier
+      // expecting its own boxes' bytes. The two ways are compiled apart: the producer holds 24
+      // registers, and one loop for both spilled.
+      auto produce = [&](auto four_tag) {
+        constexpr bool kFour = decltype(four_tag)::value;
+        constexpr int kFillWarps = kFour ? 2 : 1;
+        const int parity = kFour ? producer_warp >> 1 : 0;
+        const int box_rows = params.box_rows;
+        const int boxes = S::kBlockN / box_rows;
+        const int box = kFillWarps * (lane / S::kHalves) + parity, half = lane % S::kHalves;
+        const bool copier = box < boxes;
+        const int32_t* const pages = params.paged.block_tables + request * params.paged.block_tables_stride;
+        const int shift = params.paged.page_size_log2;
+        const int slot_mask = (1 << shift) - 1;
+        auto box_key = [&](int b) { return block_base + b * S::kBlockN + box * box_rows; };
+        auto page_for = [&](int b) {
+          return copier && b < num_blocks && box_key(b) < key_end ? __ldg(pages + (box_key(b) >> shift)) : 0;
         };
-        fill(&tm_k, k_full, k_empty, S::kKOffset);
-        fill(&tm_v, v_full, v_empty, S::kVOffset);
-        page = next_page;
-        // Block 0's head, once block 1's copies are issued too (its stage is not refilled
-        // before the consumers' P V of block 0, which waits for this: phase 0 is the only
-        // one it can see).
-        if (head && b == min(1, num_blocks - 1)) zero_v_rows(0, 0, 0, head_skip, v_head);
+        int page = page_for(0);
+        for (int b = 0; b < num_blocks; ++b) {
+          const int stage = b % S::kStages;
+          const uint32_t reuse = b / S::kStages;
+          const int next_page = page_for(b + 1);  // read while this block's copies wait
+          const int j0 = block_base + b * S::kBlockN;
+          // Boxes holding keys below key_end: [0, fetched); this warp's, those of its parity.
+          const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
+          const int mine = kFour ? (fetched > parity ? (fetched - parity + 1) / 2 : 0) : fetched;
+          const int j = box_key(b);
+          const bool issue = copier && j < key_end;
+          const int slot = j & slot_mask;
+          auto fill = [&](const CUtensorMap* map, uint64_t* full, uint64_t* empty, uint32_t offset) {
+            if (reuse > 0) {
+              if constexpr (kFour) {
+                MbarrierWaitSleeping(empty + stage, (reuse - 1) & 1);
+              } else {
+                MbarrierWait(empty + stage, (reuse - 1) & 1);
+              }
+            }
+            if (lane == 0) MbarrierArriveExpectTx(full + stage, mine * S::kHalves * box_rows * 128);
+            if (!issue) return;
+            unsigned char* dst =
+                smem + offset + stage * S::kKvTileBytes + half * S::kKvHalfBytes + box * box_rows * 128;
+            if (params.slot_inner) {
+              TensorCopy4dToShared(dst, map, full + stage, half * 64, slot, kv_head, page);
+            } else {
+              TensorCopy4dToShared(dst, map, full + stage, half * 64, kv_head, slot, page);
+            }
+          };
+          if (!kFour || producer_warp % 2 == 0) fill(&tm_k, k_full, k_empty, S::kKOffset);
+          if (!kFour || producer_warp % 2 == 1) fill(&tm_v, v_full, v_empty, S::kVOffset);
+          page = next_page;
+          // Block 0's head (by a V copier), once block 1's copies are issued too (its stage is
+          // not refilled before the consumers' P V of block 0, which waits for this: phase 0 is
+          // the only one it can see).
+          if (producer_warp == v_warp && head && b == min(1, num_blocks - 1)) zero_v_rows(0, 0, 0, head_skip, v_head);
+        }
+      };
+      if (four_copiers) {
+        produce(std::true_type{});
+      } else {
+        produce(std::false_type{});
       }
     } else if (lane == 0) {
       for (int b = 0; b < num_blocks; ++b) {
@@ -311,10 +344,11 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
         fill(&tm_v, v_full, v_empty, S::kVOffset);
       }
     }
-    if (tail) {
-      // Thread 0 (paged: every lane) waited on the last stage's previous "empty" phase
-      // before its final load, so after zero_v_rows' __syncwarp the only v_full phase of that
-      // parity left is the last block's: no lane can mistake an earlier phase for it.
+    if (tail && producer_warp == v_warp) {
+      // Thread 0 (paged: every lane of v_warp, a V copier) waited on the last stage's
+      // previous "empty" phase before its final load, so after zero_v_rows' __syncwarp the
+      // only v_full phase of that parity left is the last block's: no lane can mistake an
+      // earlier phase for it.
       const int last = num_blocks - 1;
       zero_v_rows(last % S::kStages, (last / S::kStages) & 1, tail_keep, S::kBlockN, v_tail);
     }

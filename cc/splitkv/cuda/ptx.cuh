@@ -110,6 +110,27 @@ __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
+// MbarrierWait for a thread with nothing else to do: each try suspends it until the phase
+// completes or the hint (ns) passes, where a plain try returns after a short implementation-
+// defined time. The paged prefill's producer warps, which wait on "empty" barriers most of
+// their life, one on each scheduler, would otherwise take its issue slots from the consumer
+// warps beside them.
+__device__ __forceinline__ void MbarrierWaitSleeping(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr uint32_t kSuspendHintNs = 1000000;
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(SharedAddress(bar)), "r"(parity), "n"(kSuspendHintNs)
+        : "memory");
+  } while (!done);
+#else
+  __trap();
+#endif
+}
+
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory by
 // the copy engine; completion is counted on `bar` in bytes.
 __device__ __forceinline__ void BulkCopyToShared(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
