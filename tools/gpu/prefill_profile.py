@@ -10,7 +10,8 @@ and a quick same-process timing of both.
 
 A shape is BATCHxLEN (q_len == kv_len; bf16, 32 qo / 8 kv heads, head_dim 128 unless --head_dim
 says otherwise: FA3's wheel has head_dim 128 only), or `trace`: the
-bench's 16 prompt lengths drawn from the conversation trace (tools/bench/shapes.py). FA3 needs
+bench's 16 prompt lengths drawn from the conversation trace (tools/bench/shapes.py), or
+`trace:desc` / `trace:asc`, the same requests longest (shortest) first. FA3 needs
 flash_attn_interface on the path (tools/gpu/install_peers.sh). With --time each call is timed
 over rotated input copies (tools/bench/timing.py) and both outputs are compared with each
 other (the bench checks each against float64).
@@ -56,8 +57,11 @@ def main(argv):
     gen = torch.Generator(device="cuda").manual_seed(0)
     workspace = splitkv.Workspace(1 << 30, "cuda")  # room for invariant partials where a call needs them
     for spec in args:
-        if spec == "trace":
+        if spec.startswith("trace"):
             case = shapes.trace_prefill(os.path.join(_ROOT, _TRACE), 16, head_dim=head_dim)
+            if spec in ("trace:desc", "trace:asc"):  # the same requests, longest (shortest) first
+                lengths = tuple(sorted(case.lengths, reverse=spec == "trace:desc"))
+                case = shapes.PrefillCase(lengths, spec, head_dim=head_dim)
         else:
             batch, length = (int(x) for x in spec.split("x"))
             case = shapes.PrefillCase((length,) * batch, spec, head_dim=head_dim)
