@@ -12,6 +12,7 @@
 #define SPLITKV_CUDA_BLOCK_SOFTMAX_CUH_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cc/splitkv/cuda/ptx.cuh"          // FastExp2, PackPair
 #include "cc/splitkv/cuda/split_merge.cuh"  // kLog2e, SPLITKV_NEG_INF
@@ -81,19 +82,38 @@ __device__ __forceinline__ void PrepareLogits(float (&s)[kSRegs], int j0, int la
 #pragma unroll
     for (int e = 0; e < kSRegs; ++e) s[e] *= sc.scale_log2;
   }
-  // Mask only blocks that some row of this warp does not see whole.
-  bool partial = false;
+  // Mask only blocks that some row of this warp does not see whole, and test a row's first
+  // visible key only where some row's lies inside the block: a causal tile's last blocks
+  // (every block of a short prompt's tiles) need only the last, one compare and one select
+  // a logit. Rows outside the tile (row_lo = row_hi = 0) are masked whole either way. The
+  // bounds are taken relative to this thread's first key, so each test is against a
+  // compile-time column (H200, 64 x 256 causal: docs/perf_log.md 2026-12-04).
+  bool lo_inside = false, hi_inside = false;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) partial |= row_valid[i] && !(row_lo[i] <= j0 && j0 + kKeys <= row_hi[i]);
-  if (__any_sync(0xffffffffu, partial)) {
+  for (int i = 0; i < 2; ++i) {
+    lo_inside |= row_valid[i] && row_lo[i] > j0;
+    hi_inside |= row_valid[i] && row_hi[i] < j0 + kKeys;
+  }
+  const bool test_lo = __any_sync(0xffffffffu, lo_inside);
+  if (test_lo || __any_sync(0xffffffffu, hi_inside)) {
+    const int j_lane = j0 + (lane & 3) * 2;  // key of this thread's column 0
+    const int lo[2] = {row_lo[0] - j_lane, row_lo[1] - j_lane};
+    const int hi[2] = {row_hi[0] - j_lane, row_hi[1] - j_lane};
+    auto mask = [&](auto lower_tag) {
 #pragma unroll
-    for (int c = 0; c < kSRegs / 4; ++c) {
+      for (int c = 0; c < kSRegs / 4; ++c) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = j0 + c * 8 + (lane & 3) * 2 + (e & 1);
-        const int i = e >> 1;
-        if (j < row_lo[i] || j >= row_hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
+        for (int e = 0; e < 4; ++e) {
+          const int k = c * 8 + (e & 1);  // key j_lane + k
+          const int i = e >> 1;
+          if ((decltype(lower_tag)::value && k < lo[i]) || k >= hi[i]) s[4 * c + e] = SPLITKV_NEG_INF;
+        }
       }
+    };
+    if (test_lo) {
+      mask(std::true_type{});
+    } else {
+      mask(std::false_type{});
     }
   }
 }
