@@ -5,14 +5,14 @@
 // would (see the consumers' comment), so their rows match the decode kernel's wgmma-order
 // path bit for bit.
 //
-// A CTA is three warpgroups. Warpgroup 0 is the producer: one thread loads the query tile
-// once and streams 128-key K and V blocks (64-key at head_dim 256, whose output accumulator
-// takes 128 registers a thread) through a two-stage ring (three at head_dim 64)
-// by TMA (128-byte swizzled, completing on mbarriers), and gives its registers to the
-// consumers (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's 128 query rows: S = Q K^T on
-// wgmma with both operands in shared memory, the online softmax in registers (the max over the
-// raw logits, then exp2 of one fused multiply-add a logit with the scale and log2(e) folded
-// in), then O += P V with P from registers and V read
+// A CTA is three warpgroups. Warpgroup 0 is the producer: one thread (paged K/V at small
+// pages: four warps) loads the query tile once and streams 128-key K and V blocks (64-key at
+// head_dim 256, whose output accumulator takes 128 registers a thread) through a two-stage
+// ring (three at head_dim 64) by TMA (128-byte swizzled, completing on mbarriers), and gives
+// its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's
+// 128 query rows: S = Q K^T on wgmma with both operands in shared memory, the online softmax
+// in registers (the max over the raw logits, then exp2 of one fused multiply-add a logit with
+// the scale and log2(e) folded in), then O += P V with P from registers and V read
 // transposed (MN-major) from shared memory. Inside a warpgroup, S of block b + 1 and P V of
 // block b are issued together, and block b + 1's softmax runs while P V is on the tensor
 // cores; at head_dim <= 128 the two warpgroups also take turns issuing (ping-pong), so one's
@@ -32,8 +32,9 @@
 //
 // Paged K/V (kPaged): a block is kBlockN / box_rows boxes of box_rows slots of one page (the
 // cache's 4-D maps, tensor_map.h PagedKvMaps), each half of each box one tensor copy issued
-// by its own lane of the producer warp, the lane's page id read from block_tables one block
-// ahead; all complete on the stage's barrier, which expects the bytes of the boxes fetched.
+// by its own lane of a producer warp (one warp, or four where a block is more than 8 copies
+// a tensor: see the producer), the lane's page id read from block_tables one block ahead;
+// all complete on the stage's barrier, which expects the bytes of the boxes fetched.
 // Blocks start on a box boundary below the tile's first key (the keys before it are the
 // request's own, masked like any other). Boxes wholly at or past the tile's last key are not
 // fetched (their page ids may be anything), so their shared memory holds a previous block's
