@@ -161,39 +161,54 @@ def _csr_pages(ctx, p):
     return page_size, indptr, indices.contiguous(), last
 
 
+def _prepared_into(outs, call, variant, canon=lambda out: out):
+    """Prepared calls i = 0 .. len(outs) - 1 that write into the preallocated outs[i]; the
+    accuracy check first poisons outs[0] with NaN, so an element left unwritten fails it
+    (canon: the output to the bench's [total, heads, d] layout)."""
+
+    def check():
+        outs[0].fill_(float("nan"))
+        return canon(call(0))
+
+    return peers.Prepared([lambda i=i: call(i) for i in range(len(outs))], check, variant)
+
+
+def _planned_per_copy(ctx, paged, plan):
+    """One FlashInfer wrapper per paged input copy (each copy has its own page table), made
+    and planned by plan(workspace, copy, page_size, indptr, indices, last_page_len) on the
+    shared workspace, and an output buffer per copy."""
+    workspace = _workspace(ctx, "flashinfer", WORKSPACE_BYTES)
+    wrappers = [plan(workspace, p, *_csr_pages(ctx, p)) for p in paged]
+    return wrappers, [torch.empty_like(p.q) for p in paged]
+
+
 def flashinfer_decode(tensor_cores, kv_scale=None):
     """BatchDecodeWithPagedKVCacheWrapper (FA2 decode; tensor_cores: its prefill-kernel
     decode): one wrapper planned per input copy (each copy has its own page table);
     kv_scale: k_scale = v_scale of an fp8 cache."""
 
     def make(ctx, paged):
-        p0 = paged[0]
-        fi = _flashinfer(ctx, p0.q.dtype)
+        fi = _flashinfer(ctx, paged[0].q.dtype)
         case = ctx.case
-        workspace = _workspace(ctx, "flashinfer", WORKSPACE_BYTES)
-        wrappers, outs = [], []
-        for p in paged:
-            page_size, indptr, indices, last = _csr_pages(ctx, p)
+
+        def plan(workspace, p, page_size, indptr, indices, last):
             wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(workspace, kv_layout=ctx.kv_layout,
                                                             use_tensor_cores=tensor_cores)
             wrapper.plan(indptr, indices, last, case.num_qo_heads, case.num_kv_heads, case.head_dim,
                          page_size, q_data_type=p.q.dtype, kv_data_type=p.kv_cache.dtype)
-            wrappers.append(wrapper)
-            outs.append(torch.empty_like(p.q))
+            return wrapper
+
+        wrappers, outs = _planned_per_copy(ctx, paged, plan)
 
         scales = {} if kv_scale is None else dict(k_scale=kv_scale, v_scale=kv_scale)
 
         def call(i):
             return wrappers[i].run(paged[i].q, paged[i].kv_cache, out=outs[i], **scales)
 
-        def check():
-            outs[0].fill_(float("nan"))
-            return call(0)
-
         backend = getattr(wrappers[0], "resolved_backend", "")
         variant = ("tensor cores" if tensor_cores else "CUDA cores") + \
             (f", backend {backend}" if isinstance(backend, str) and backend else "")
-        return peers.Prepared([lambda i=i: call(i) for i in range(len(paged))], check, variant)
+        return _prepared_into(outs, call, variant)
 
     return _flashinfer_guard(make)
 
@@ -225,11 +240,7 @@ def flashinfer_xqa(ctx, paged):
         ("xqa, seq_lens int32", lambda: make(lambda p: p.seq_lens)),
         ("xqa, seq_lens as uint32", lambda: make(lambda p: p.seq_lens.view(torch.uint32)))])
 
-    def check():
-        outs[0].fill_(float("nan"))
-        return canon(call(0))
-
-    return peers.Prepared([lambda i=i: call(i) for i in range(len(paged))], check, variant)
+    return _prepared_into(outs, call, variant, canon)
 
 
 def _nhd_views(ctx, kv_cache):
@@ -316,12 +327,7 @@ def flashinfer_prefill(backend):
             c = copies[i]
             return wrapper.run(c.q, c.k, c.v, out=outs[i])
 
-        def check():
-            outs[0].fill_(float("nan"))
-            return call(0)
-
-        return peers.Prepared([lambda i=i: call(i) for i in range(len(copies))], check,
-                              f"ragged, backend {backend}")
+        return _prepared_into(outs, call, f"ragged, backend {backend}")
 
     return _flashinfer_guard(make)
 
@@ -355,30 +361,23 @@ def flashinfer_paged_prefill(backend):
     planned once with qo_indptr = cu_seqlens_q and the copy's page lists (_csr_pages)."""
 
     def make(ctx, paged):
-        p0 = paged[0]
-        fi = _flashinfer(ctx, p0.q.dtype)
+        fi = _flashinfer(ctx, paged[0].q.dtype)
         case = ctx.case
-        workspace = _workspace(ctx, "flashinfer", WORKSPACE_BYTES)
-        wrappers, outs = [], []
-        for p in paged:
-            page_size, indptr, indices, last = _csr_pages(ctx, p)
+
+        def plan(workspace, p, page_size, indptr, indices, last):
             wrapper = fi.BatchPrefillWithPagedKVCacheWrapper(workspace, kv_layout=ctx.kv_layout,
                                                              backend=backend)
             wrapper.plan(p.cu_seqlens_q, indptr, indices, last, case.num_qo_heads, case.num_kv_heads,
                          case.head_dim, page_size, causal=case.causal, q_data_type=p.q.dtype,
                          kv_data_type=p.kv_cache.dtype)
-            wrappers.append(wrapper)
-            outs.append(torch.empty_like(p.q))
+            return wrapper
+
+        wrappers, outs = _planned_per_copy(ctx, paged, plan)
 
         def call(i):
             return wrappers[i].run(paged[i].q, paged[i].kv_cache, out=outs[i])
 
-        def check():
-            outs[0].fill_(float("nan"))
-            return call(0)
-
-        return peers.Prepared([lambda i=i: call(i) for i in range(len(paged))], check,
-                              f"paged {ctx.kv_layout}, backend {backend}")
+        return _prepared_into(outs, call, f"paged {ctx.kv_layout}, backend {backend}")
 
     return _flashinfer_guard(make)
 
