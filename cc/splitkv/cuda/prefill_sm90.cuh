@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       // A block at small pages is many tensor copies (page 16, head_dim 128: 16 of K and 16 of
       // V), and a copy whose coordinates differ across a warp's lanes is issued one lane at a
       // time (the copy instruction takes warp-uniform operands): one warp issuing them all held
-      // the consumers back (paged / ragged 0.73 at page 16 on the H200, 0.94 with four:
+      // the consumers back (paged / ragged 0.73 at page 16 on the H200, 0.87-0.96 with four:
       // docs/perf_log.md 2026-12-04). So with four_copiers, warps 0 and 2 copy K, 1 and 3 V,
       // each on its own scheduler and asleep in its waits (MbarrierWaitSleeping), warp w the
       // boxes of parity w / 2; otherwise warp 0 copies K, then V. Lane l of a copier takes half
