@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       // time (the copy instruction takes warp-uniform operands): one warp issuing them all held
       // the consumers back (paged / ragged 0.73 at page 16 on the H200, 0.87-0.96 with four:
       // docs/perf_log.md 2026-12-04). So with four_copiers, warps 0 and 2 copy K, 1 and 3 V,
-      // each on its own scheduler and asleep in its waits (MbarrierWaitSleeping), warp w the
+      // each on its own scheduler and asleep in its waits (kMbarrierSleepNs), warp w the
       // boxes of parity w / 2; otherwise warp 0 copies K, then V. Lane l of a copier takes half
       // l % kHalves of its (l / kHalves)-th box (at most 32 copies a warp: box_rows >= 8, so
       // kBlockN / 8 * kHalves <= 32), and each copier's lane 0 arrives on the stage's barrier
@@ -295,13 +295,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
           const bool issue = copier && j < key_end;
           const int slot = j & slot_mask;
           auto fill = [&](const CUtensorMap* map, uint64_t* full, uint64_t* empty, uint32_t offset) {
-            if (reuse > 0) {
-              if constexpr (kFour) {
-                MbarrierWaitSleeping(empty + stage, (reuse - 1) & 1);
-              } else {
-                MbarrierWait(empty + stage, (reuse - 1) & 1);
-              }
-            }
+            if (reuse > 0) MbarrierWait<kFour ? kMbarrierSleepNs : 0>(empty + stage, (reuse - 1) & 1);
             if (lane == 0) MbarrierArriveExpectTx(full + stage, mine * S::kHalves * box_rows * 128);
             if (!issue) return;
             unsigned char* dst =

@@ -94,37 +94,34 @@ __device__ __forceinline__ void MbarrierArrive(uint64_t* bar) {
 #endif
 }
 
-// Spins until the barrier's phase with parity `parity` has completed.
+// A suspend-time hint for MbarrierWait (ns): long enough that a waiting thread sleeps until
+// the phase completes.
+inline constexpr uint32_t kMbarrierSleepNs = 1000000;
+
+// Waits until the barrier's phase with parity `parity` has completed. Without a hint
+// (kSuspendHintNs = 0) each try returns after a short implementation-defined time: the
+// thread spins. With one, each try suspends the thread until the phase completes or the hint
+// passes: for a thread with nothing else to do (the paged prefill's producer warps, which
+// wait on "empty" barriers most of their life, one on each scheduler, would otherwise take
+// its issue slots from the consumer warps beside them).
+template <uint32_t kSuspendHintNs = 0>
 __device__ __forceinline__ void MbarrierWait(uint64_t* bar, uint32_t parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(SharedAddress(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-#else
-  __trap();
-#endif
-}
-
-// MbarrierWait for a thread with nothing else to do: each try suspends it until the phase
-// completes or the hint (ns) passes, where a plain try returns after a short implementation-
-// defined time. The paged prefill's producer warps, which wait on "empty" barriers most of
-// their life, one on each scheduler, would otherwise take its issue slots from the consumer
-// warps beside them.
-__device__ __forceinline__ void MbarrierWaitSleeping(uint64_t* bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr uint32_t kSuspendHintNs = 1000000;
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(SharedAddress(bar)), "r"(parity), "n"(kSuspendHintNs)
-        : "memory");
+    if constexpr (kSuspendHintNs == 0) {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(SharedAddress(bar)), "r"(parity)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(SharedAddress(bar)), "r"(parity), "n"(kSuspendHintNs)
+          : "memory");
+    }
   } while (!done);
 #else
   __trap();
