@@ -70,6 +70,20 @@ struct SplitPlanRequest {
   // 2; 48 x 4096 (384 tiles), 96 x 4096 (768) and head_dim 128 at 512 tiles keep 1 split
   // fastest; docs/perf_log.md 2026-12-02, session 23).
   int64_t tail_split_workers = 0;
+  // Workers (the CTAs an SM the planner fills, times the SMs) of a kernel whose one-split
+  // grids of several waves of long tiles lose to split grids of about 11 waves (0: no such
+  // rule): tiles in [3.5, 11) x wave_split_workers with max_kv_len >= 8192 plan the fewest
+  // splits that make 11 waves, where the heuristic plans 1. The likely cause: CTAs of many
+  // thousand keys each leave the grid's end to the slowest of a few long waves, where more,
+  // shorter CTAs let every slot finish within one short CTA of the others. The CUDA decode
+  // kernel at head_dim 128 (16-bit K/V) sets it. H200, 32 / 8 heads, page 16, us, 1 split
+  // against the rule's: 256 x 32768 7908 / 7598 (2 splits), 256 x 16384 3945 / 3797 (2),
+  // 256 x 8192 1961 / 1914 (2), 224 x 16384 3431 / 3330 (2), 192 x 16384 2921 / 2858 (2),
+  // 160 x 16384 2427 / 2388 (3), 128 x 32768 3904 / 3802 (3), 128 x 8192 977 / 976 (3);
+  // 320 x 8192 2445 / 2395 (2; page 64 2393 / 2412). Outside it: 384 x 8192 (11.6 waves)
+  // and 512 x 8192 keep 1 split fastest, 256 x 4096 and 256 x 2048 too; head_dim 64 and 256
+  // showed no such pattern (docs/perf_log.md 2026-12-04, session 31).
+  int64_t wave_split_workers = 0;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size
   // Batch-invariant mode: splits of invariant_split_keys keys at absolute positions; the

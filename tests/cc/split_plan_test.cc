@@ -541,6 +541,42 @@ TEST(TailSplitWorkersSplitAThinSecondWave) {
   EXPECT_EQ(int64_t{1}, planned(64));
 }
 
+// wave_split_workers: a one-split grid of 3.5 to 11 waves of tiles of 8192 keys or more plans
+// the fewest splits that make 11 waves; below 3.5 waves, from 11 up, under 8192 keys, or
+// without the field, the heuristic's 1.
+TEST(WaveSplitWorkersSplitAFewLongWaves) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.num_workers = 396;   // 132 SMs x 3 CTAs resident
+  r.fill_workers = 264;  // the planner fills 2 an SM
+  r.min_keys_per_split = 128;
+  r.max_splits = 32;
+  r.wave_split_workers = 264;
+  auto planned = [&](int64_t batch, int64_t kv_len) {
+    r.batch_size = batch;
+    r.max_kv_len = kv_len;
+    r.layout_shape = LayoutShape{batch, 32, 128};
+    return PlanSplits(r).num_splits;
+  };
+  EXPECT_EQ(int64_t{1}, planned(115, 32768));  // 920 tiles: 3.48 waves
+  EXPECT_EQ(int64_t{4}, planned(116, 32768));  // 928 tiles: 3.52 waves; 4 x 928 >= 11 x 264
+  EXPECT_EQ(int64_t{3}, planned(128, 32768));  // 1024 tiles (measured: 3 splits 2.6 % faster)
+  EXPECT_EQ(int64_t{3}, planned(160, 16384));  // 1280 tiles (3 splits 1.6 % faster)
+  EXPECT_EQ(int64_t{2}, planned(192, 16384));  // 1536 tiles
+  EXPECT_EQ(int64_t{2}, planned(256, 32768));  // 2048 tiles (2 splits 3.9 % faster)
+  EXPECT_EQ(int64_t{2}, planned(256, 8192));   // 8192 keys: the shortest measured gain
+  EXPECT_EQ(int64_t{1}, planned(256, 8191));   // shorter: 256 x 4096 kept 1 split fastest
+  EXPECT_EQ(int64_t{2}, planned(362, 8192));   // 2896 tiles: 10.97 waves
+  EXPECT_EQ(int64_t{1}, planned(363, 8192));   // 2904 tiles: 11 waves (384 x 8192: 1 fastest)
+  r.workspace_bytes = RequiredWorkspaceBytes(LayoutShape{256, 32, 128}, 2) - 1;  // no room: 1
+  EXPECT_EQ(int64_t{1}, planned(256, 32768));
+  r.workspace_bytes = int64_t{1} << 32;
+  r.max_splits = 1;
+  EXPECT_EQ(int64_t{1}, planned(256, 32768));
+  r.max_splits = 32;
+  r.wave_split_workers = 0;
+  EXPECT_EQ(int64_t{1}, planned(256, 32768));
+}
+
 // A backend that runs a call's splits in one task only where the workspace cannot hold them
 // (CUDA's wgmma prefill): split tasks where they fit, whether or not they pay; one task, with
 // the split count recorded for a refusal at launch, where they do not.
