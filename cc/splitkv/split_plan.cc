@@ -193,11 +193,12 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     // (SplitPlanRequest::wave_split_workers). Measured from 3.88 waves and 8192 keys up.
     constexpr int64_t kWaveSplitWaves = 11;
     constexpr int64_t kWaveSplitMinKeys = 8192;
-    const int64_t waves = r.wave_split_workers;
-    if (s == 1 && waves > 0 && 2 * plan.num_tiles >= 7 * waves && plan.num_tiles < kWaveSplitWaves * waves &&
+    const int64_t wave = r.wave_split_workers;  // CTAs a wave
+    if (s == 1 && wave > 0 && 2 * plan.num_tiles >= 7 * wave && plan.num_tiles < kWaveSplitWaves * wave &&
         r.max_kv_len >= kWaveSplitMinKeys) {
-      const int64_t want = (kWaveSplitWaves * waves + plan.num_tiles - 1) / plan.num_tiles;
-      s = std::max<int64_t>(1, std::min({want, r.max_splits, r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split)}));
+      const int64_t want = (kWaveSplitWaves * wave + plan.num_tiles - 1) / plan.num_tiles;
+      const int64_t most = std::min(r.max_splits, r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split));
+      s = std::max<int64_t>(1, std::min(want, most));
     }
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;

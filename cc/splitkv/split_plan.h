@@ -81,8 +81,10 @@ struct SplitPlanRequest {
   // 256 x 8192 1961 / 1914 (2), 224 x 16384 3431 / 3330 (2), 192 x 16384 2921 / 2858 (2),
   // 160 x 16384 2427 / 2388 (3), 128 x 32768 3904 / 3802 (3), 128 x 8192 977 / 976 (3);
   // 320 x 8192 2445 / 2395 (2; page 64 2393 / 2412). Outside it: 384 x 8192 (11.6 waves)
-  // and 512 x 8192 keep 1 split fastest, 256 x 4096 and 256 x 2048 too; head_dim 64 and 256
-  // showed no such pattern (docs/perf_log.md 2026-12-04, session 31).
+  // and 512 x 8192 keep 1 split fastest, 256 x 4096 and 256 x 2048 too. Not set at head_dim
+  // 256 (128 x 16384 and 256 x 4096 kept 1 split fastest) nor 64, where the same cell split
+  // faster in one process and slower in another (256 x 8192: 1012 / 978 and 969 / 998 us;
+  // docs/perf_log.md 2026-12-04, session 31).
   int64_t wave_split_workers = 0;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size

@@ -250,7 +250,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
     // copy engines (measured on 16-bit K/V only; split_plan.h).
     if (head_dim == 64 && !kv_fp8) traits.tail_split_workers = traits.num_workers;
     // head_dim 128's one-split grids of 3.5 to 11 waves of long tiles: split to about 11
-    // (measured on 16-bit K/V; the other head_dims showed no gain: split_plan.h).
+    // (measured on 16-bit K/V; not at the other head_dims: split_plan.h).
     if (head_dim == 128 && !kv_fp8) traits.wave_split_workers = traits.fill_workers;
   }
   traits.min_keys_per_split = tile.kind == TileKind::kDecode ? kDecodeMinKeysPerSplit : 256;
