@@ -57,9 +57,9 @@ def main(argv):
     gen = torch.Generator(device="cuda").manual_seed(0)
     workspace = splitkv.Workspace(1 << 30, "cuda")  # room for invariant partials where a call needs them
     for spec in args:
-        if spec.startswith("trace"):
+        if spec in ("trace", "trace:desc", "trace:asc"):
             case = shapes.trace_prefill(os.path.join(_ROOT, _TRACE), 16, head_dim=head_dim)
-            if spec in ("trace:desc", "trace:asc"):  # the same requests, longest (shortest) first
+            if spec != "trace":  # the same requests, longest (shortest) first
                 lengths = tuple(sorted(case.lengths, reverse=spec == "trace:desc"))
                 case = shapes.PrefillCase(lengths, spec, head_dim=head_dim)
         else:
