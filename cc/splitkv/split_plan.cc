@@ -182,12 +182,16 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     int64_t s = NumSplitsHeuristic(plan.num_tiles, fill, r.max_kv_len, r.min_keys_per_split, r.max_splits,
                                    r.split_block_keys, r.split_merge_blocks, r.short_split_keys,
                                    r.short_split_workers, r.one_wave_splits ? r.num_workers : 0);
-    // Measured from 2048 keys up: shorter requests keep the heuristic's plan.
+    // Measured from 2048 keys up: shorter requests keep the heuristic's plan; from 16384 up, 4
+    // splits.
     constexpr int64_t kTailSplitMinKeys = 1024;
+    constexpr int64_t kTailSplitLongKeys = 16384;
     const int64_t tail = r.tail_split_workers;
     if (s == 1 && tail > 0 && plan.num_tiles > tail && 2 * plan.num_tiles <= 3 * tail && r.max_splits >= 2 &&
         r.max_kv_len >= 2 * std::max(r.min_keys_per_split, kTailSplitMinKeys)) {
-      s = 2;  // a one-split grid just past a wave: two splits (SplitPlanRequest::tail_split_workers)
+      // A one-split grid just past a wave (SplitPlanRequest::tail_split_workers).
+      const bool long_tiles = r.max_kv_len >= kTailSplitLongKeys && r.max_kv_len >= 4 * r.min_keys_per_split;
+      s = std::min<int64_t>(r.max_splits, long_tiles ? 4 : 2);
     }
     // A one-split grid of a few waves of long tiles: split to about kWaveSplitWaves waves
     // (SplitPlanRequest::wave_split_workers). Measured from 3.88 waves and 8192 keys up.

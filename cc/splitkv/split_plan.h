@@ -63,12 +63,17 @@ struct SplitPlanRequest {
   bool one_wave_splits = false;
   // Resident CTAs of a kernel whose one-split grid loses to two splits when it spills just
   // past one wave (0: no such rule): tiles in (tail_split_workers, 1.5 x tail_split_workers]
-  // plan 2 splits where the heuristic plans 1. The CUDA decode kernel at head_dim 64 (16-bit
-  // K/V) sets it: a CTA carries half head_dim 128's bytes a key, so the lone CTAs of a
-  // thin second wave leave the copy engines idle (H200, gpt-oss heads 64 / 8, 512 tiles at 3
-  // an SM: 64 x 2048 / 4096 / 8192 88.2 / 167.8 / 325.9 us at 1 split, 83.2 / 146.5 / 274.3 at
-  // 2; 48 x 4096 (384 tiles), 96 x 4096 (768) and head_dim 128 at 512 tiles keep 1 split
-  // fastest; docs/perf_log.md 2026-12-02, session 23).
+  // plan 2 splits where the heuristic plans 1, and 4 where max_kv_len >= 16384 (and 4 splits
+  // keep min_keys_per_split each). The CUDA decode kernel at head_dim 64 (16-bit K/V) sets
+  // it: a CTA carries half head_dim 128's bytes a key, so the lone CTAs of a thin second wave
+  // leave the copy engines idle (H200, gpt-oss heads 64 / 8, 512 tiles at 3 an SM: 64 x 2048
+  // / 4096 / 8192 88.2 / 167.8 / 325.9 us at 1 split, 83.2 / 146.5 / 274.3 at 2; 48 x 4096 (384
+  // tiles), 96 x 4096 (768) and head_dim 128 at 512 tiles keep 1 split fastest; docs/perf_log.md
+  // 2026-12-02, session 23). On the 128-key tiles head_dim 64 runs there since session 32, 32 /
+  // 8 heads, page 16 (64) us at 1 / 2 / 4 / 8 splits: 64 x 16384 604.3 / 508.7 / 497.3 / 496.3
+  // (609.8 / 512.0 / 493.8 / 502.5), 64 x 32768 1232.0 / 1029.0 / 974.0 / 988.4 (1187.8 /
+  // 1001.3 / 942.8 / 951.3), 64 x 8192 307.7 / 262.2 / 269.2 / 261.7, 64 x 4096 157.3 / 135.4 /
+  // 142.5 / 144.4, 64 x 2048 83.1 / 76.5 / 82.2 / 92.4 (docs/perf_log.md 2026-12-04).
   int64_t tail_split_workers = 0;
   // Workers (the CTAs an SM the planner fills, times the SMs) of a kernel whose one-split
   // grids of several waves of long tiles lose to split grids of about 11 waves (0: no such

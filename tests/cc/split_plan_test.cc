@@ -537,6 +537,23 @@ TEST(TailSplitWorkersSplitAThinSecondWave) {
   r.workspace_bytes = RequiredWorkspaceBytes(LayoutShape{64, 64, 64}, 2) - 1;  // no room: 1
   EXPECT_EQ(int64_t{1}, planned(64));
   r.workspace_bytes = int64_t{1} << 32;
+  r.max_kv_len = 16383;  // the longest 2-split tiles
+  EXPECT_EQ(int64_t{2}, planned(64));
+  r.max_kv_len = 16384;  // from here 4 splits
+  EXPECT_EQ(int64_t{4}, planned(64));
+  EXPECT_EQ(int64_t{4}, planned(50));
+  EXPECT_EQ(int64_t{1}, planned(48));
+  EXPECT_EQ(int64_t{1}, planned(75));
+  r.max_splits = 3;  // capped
+  EXPECT_EQ(int64_t{3}, planned(64));
+  r.max_splits = 64;
+  r.min_keys_per_split = 8192;  // 4 splits would cut under the floor: 2
+  EXPECT_EQ(int64_t{2}, planned(64));
+  r.min_keys_per_split = LongDecodeRequest().min_keys_per_split;
+  r.workspace_bytes = RequiredWorkspaceBytes(LayoutShape{64, 64, 64}, 4) - 1;  // room for 3
+  EXPECT_EQ(int64_t{3}, planned(64));
+  r.workspace_bytes = int64_t{1} << 32;
+  r.max_kv_len = 4096;
   r.tail_split_workers = 0;
   EXPECT_EQ(int64_t{1}, planned(64));
 }

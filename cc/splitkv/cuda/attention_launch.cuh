@@ -89,6 +89,24 @@ inline bool OneWaveSplitGrid(const AttentionKernelParams& params, int64_t num_ti
   return params.num_splits > 1 && num_tiles * params.num_splits <= split_workers;
 }
 
+// Head_dim 64's paged decode by tensor copies (16-bit K/V, not batch-invariant) runs the
+// wgmma-order tiles (128-key blocks through a K/V ring: half the blocks, barriers and softmax
+// reductions of the 64-key shape; both fit 3 CTAs an SM, at 168 registers) except on one-wave
+// split grids, where the 2-stage split shape's short CTAs won, and on grids of more than 2 and
+// at most 4 CTAs an SM, where the 64-key shape won at 2.4 and 2.9 (past 3 not measured: the
+// planner splits those grids from 2048 keys, split_plan.h tail_split_workers). H200, 32 / 8
+// heads, page 16, us in one process, 64-key / 128-key shape at the same split count: 32 x
+// 8192 (256 CTAs) 137.4 / 125.0, 32 x 32768 525.2 / 479.5; 40 x 8192 (320) 158.7 / 162.5, 48
+// x 4096 (384) 97.4 / 98.1, 48 x 16384 368.0 / 372.0; 64 x 4096 at 2 splits (1024) 140.2 /
+// 135.4, 64 x 16384 at 4 512.1 / 497.3, 80 x 8192 (640) 333.5 / 321.6, 128 x 4096 262.6 /
+// 256.8, 192 x 8192 721.9 / 715.3 (docs/perf_log.md 2026-12-04, session 32).
+inline bool D64WideBlocks(const AttentionKernelParams& params, int64_t num_tiles, int64_t split_workers,
+                          int64_t sm_count) {
+  if (OneWaveSplitGrid(params, num_tiles, split_workers)) return false;
+  const int64_t ctas = num_tiles * params.num_splits;
+  return ctas <= 2 * sm_count || ctas > 4 * sm_count;
+}
+
 template <typename T, int kHeadDim, bool kPageTma, template <typename> class KvSourceT = PagedKvSource>
 void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSourceT<T>::Params& kv,
                       const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
@@ -136,8 +154,8 @@ void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParam
 
 template <typename T, int kHeadDim>
 void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
-                      const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
-                      const char* op) {
+                      const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, int64_t sm_count,
+                      cudaStream_t stream, const char* op) {
   if (params.kv_fp8) {  // an fp8 cache: the sm_90 decode kernel where its tensor maps apply, else
     if (kind == TileKind::kDecode) {  // the mma.sync kernel, which dequantises as it loads
       if constexpr (kHeadDim % 64 == 0) {
@@ -161,6 +179,12 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
                                                                                      op, maps);
         }
       }
+      if constexpr (kHeadDim == 64) {
+        if (maps.box_rows > 0 && D64WideBlocks(params, num_tiles, split_workers, sm_count)) {
+          return BulkDecodeInstance<T, WgmmaOrderDecodeShape<64, true>>::Launch(params, kv, num_tiles, stream, op,
+                                                                              maps);
+        }
+      }
       if constexpr (kHeadDim % 64 == 0) {
         if (maps.box_rows > 0) {
           return LaunchBulkDecode<T, kHeadDim, true>(params, kv, maps, num_tiles, split_workers, stream, op);
@@ -176,12 +200,13 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
 
 template <int kHeadDim>
 void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
-                 const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
-                 const char* op) {
+                 const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, int64_t sm_count,
+                 cudaStream_t stream, const char* op) {
   if (dtype == DType::kBFloat16) {
-    LaunchPagedTyped<__nv_bfloat16, kHeadDim>(kind, params, kv, maps, num_tiles, split_workers, stream, op);
+    LaunchPagedTyped<__nv_bfloat16, kHeadDim>(kind, params, kv, maps, num_tiles, split_workers, sm_count, stream,
+                                              op);
   } else {
-    LaunchPagedTyped<__half, kHeadDim>(kind, params, kv, maps, num_tiles, split_workers, stream, op);
+    LaunchPagedTyped<__half, kHeadDim>(kind, params, kv, maps, num_tiles, split_workers, sm_count, stream, op);
   }
 }
 
@@ -248,7 +273,7 @@ int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op) {
 
 #define SPLITKV_INSTANTIATE_HEAD_DIM(D)                                                                            \
   template void LaunchPaged<D>(DType, TileKind, const AttentionKernelParams&, const PagedKvParams&,                \
-                               const PagedKvMaps&, int64_t, int64_t, cudaStream_t, const char*);                  \
+                               const PagedKvMaps&, int64_t, int64_t, int64_t, cudaStream_t, const char*);         \
   template void LaunchRagged<D>(DType, TileKind, const AttentionKernelParams&, const RaggedKvParams&, int64_t,      \
                                 int64_t, cudaStream_t, const char*);                                              \
   template int ResidentCtasPerSm<D>(TileKind, bool, const char*);

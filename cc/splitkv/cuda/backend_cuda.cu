@@ -309,10 +309,13 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   // The plan was sized by Traits() for this tile kind and head_dim: its workers are the split
   // grid's CTAs that fit on the device at once.
   const int64_t workers = plan.num_workers;
+  const int64_t sms = WorkersPerDevice(tile.kind, p.head_dim, p.kv_storage.fp8_e4m3, kPagedOp).sm_count;
   switch (p.head_dim) {
-    case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
-    case 128: return LaunchPaged<128>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
-    case 256: return LaunchPaged<256>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, stream, kPagedOp);
+    case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, sms, stream, kPagedOp);
+    case 128:
+      return LaunchPaged<128>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, sms, stream, kPagedOp);
+    case 256:
+      return LaunchPaged<256>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, sms, stream, kPagedOp);
     default:
       throw UnsupportedError(std::string(kPagedOp) + ": head_dim not supported on cuda: expected 64, 128 or 256, got " +
                              std::to_string(p.head_dim));

@@ -24,11 +24,11 @@ bool DeviceRunsSm90a(const char* op);
 // Enqueues one launch of num_tiles x num_splits CTAs (kind: decode or prefill tiles). `maps`
 // (box_rows > 0) lets the sm_90 decode kernel fetch page runs by tensor copies;
 // `split_workers` is the planner's worker count for decode tiles (split-grid CTAs that fit
-// on the device at once).
+// on the device at once), `sm_count` the device's SMs.
 template <int kHeadDim>
 void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
-                 const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, cudaStream_t stream,
-                 const char* op);
+                 const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, int64_t sm_count,
+                 cudaStream_t stream, const char* op);
 template <int kHeadDim>
 void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& params, const RaggedKvParams& kv,
                   int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op);
