@@ -204,6 +204,22 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
       const int64_t most = std::min(r.max_splits, r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split));
       s = std::max<int64_t>(1, std::min(want, most));
     }
+    // Fill-many tiles within one wave of resident CTAs (SplitPlanRequest::fill_wave_workers).
+    constexpr int64_t kFillWaveMaxSplits = 8;
+    constexpr int64_t kFillWaveMinKeys = 8192;
+    const int64_t resident = r.fill_wave_workers;
+    if (s == 1 && resident > 0 && plan.num_tiles * 10 >= fill * 8 && plan.num_tiles <= resident &&
+        r.max_kv_len >= kFillWaveMinKeys) {
+      const int64_t most = std::min({kFillWaveMaxSplits, r.max_splits,
+                                     r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split)});
+      double best = 0.0;
+      for (int64_t c = 1; c <= most; ++c) {
+        const int64_t ctas = plan.num_tiles * c;
+        const double last_wave_fill =
+            static_cast<double>(ctas) / static_cast<double>((ctas + resident - 1) / resident * resident);
+        if (last_wave_fill > best + 1e-9) best = last_wave_fill, s = c;
+      }
+    }
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
       --s;
     }

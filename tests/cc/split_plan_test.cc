@@ -558,6 +558,39 @@ TEST(TailSplitWorkersSplitAThinSecondWave) {
   EXPECT_EQ(int64_t{1}, planned(64));
 }
 
+// fill_wave_workers: a one-split grid the fill calls full (>= 0.8 x fill_workers tiles) but
+// within one wave of resident CTAs, at 8192 keys or more, plans the 1-8 splits whose last wave
+// of resident CTAs is fullest (the fewest of equals); elsewhere the heuristic's 1.
+TEST(FillWaveWorkersFillTheLastResidentWave) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.max_kv_len = 8192;
+  r.num_workers = 132;
+  r.fill_workers = 132;       // 1 CTA an SM
+  r.fill_wave_workers = 264;  // 2 resident an SM
+  auto planned = [&](int64_t batch) {
+    r.batch_size = batch;
+    r.layout_shape = LayoutShape{batch, 32, 256};
+    return PlanSplits(r).num_splits;
+  };
+  EXPECT_EQ(int64_t{4}, planned(24));  // 192 tiles: 768 CTAs, 2.91 waves (measured fastest)
+  EXPECT_EQ(int64_t{2}, planned(16));  // 128 tiles: 256 CTAs (4 splits' 512 of 528 is no fuller)
+  EXPECT_EQ(int64_t{1}, planned(33));  // 264 tiles: one full wave already
+  EXPECT_EQ(int64_t{1}, planned(34));  // 272 tiles: past one wave
+  r.max_kv_len = 32768;
+  EXPECT_EQ(int64_t{4}, planned(24));
+  r.max_splits = 3;  // 1-3 splits fill 192 / 264, 384 / 528, 576 / 792: the fewest
+  EXPECT_EQ(int64_t{1}, planned(24));
+  r.max_splits = 64;
+  r.max_kv_len = 8191;  // under the measured lengths
+  EXPECT_EQ(int64_t{1}, planned(24));
+  r.max_kv_len = 8192;
+  r.workspace_bytes = RequiredWorkspaceBytes(LayoutShape{24, 32, 256}, 4) - 1;  // room for 3
+  EXPECT_EQ(int64_t{3}, planned(24));
+  r.workspace_bytes = int64_t{1} << 32;
+  r.fill_wave_workers = 0;
+  EXPECT_EQ(int64_t{1}, planned(24));
+}
+
 // wave_split_workers: a one-split grid of 3.5 to 11 waves of tiles of 8192 keys or more plans
 // the fewest splits that make 11 waves; below 3.5 waves, from 11 up, under 8192 keys, or
 // without the field, the heuristic's 1.

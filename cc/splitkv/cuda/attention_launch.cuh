@@ -69,7 +69,7 @@ using BulkDecodeShapeFor = BulkDecodeShapeOf<kHeadDim, kPageTma, BulkDecodeStage
 template <int kHeadDim, bool kPageTma>
 using BulkDecodeSplitShapeFor = BulkDecodeShapeOf<kHeadDim, kPageTma, BulkDecodeSplitStages(kHeadDim)>;
 // The ring exists to fit two head_dim-256 CTAs an SM (register budget sized for two).
-static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == 2 &&
+static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == kBulkDecodeRingCtasPerSm &&
               BulkDecodeShapeFor<256, true>::kSmemBytes <= 110 * 1024);
 
 // Batch-invariant decode tiles whose rows reduce in the wgmma prefill's order
