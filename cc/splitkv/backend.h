@@ -28,7 +28,7 @@ struct BackendTraits {
   bool one_wave_splits = false;    // split grids of at most one wave (split_plan.h)
   int64_t tail_split_workers = 0;  // 2 splits for grids just past a wave (split_plan.h)
   int64_t wave_split_workers = 0;  // splits for grids of a few waves of long tiles (split_plan.h)
-  int64_t fill_wave_workers = 0;   // splits for fill-many tiles within one resident wave (split_plan.h)
+  int64_t fill_wave_workers = 0;   // splits filling the last resident wave (split_plan.h)
   // Batch-invariant mode (AttentionOptions::batch_invariant): keys per split, a multiple of
   // every kernel's key block; 0 where the backend has no invariant mode.
   int64_t invariant_split_keys = 0;

@@ -204,12 +204,13 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
       const int64_t most = std::min(r.max_splits, r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split));
       s = std::max<int64_t>(1, std::min(want, most));
     }
-    // Fill-many tiles within one wave of resident CTAs (SplitPlanRequest::fill_wave_workers).
+    // Tiles within one wave of resident CTAs (SplitPlanRequest::fill_wave_workers).
     constexpr int64_t kFillWaveMaxSplits = 8;
-    constexpr int64_t kFillWaveMinKeys = 8192;
+    constexpr int64_t kFillWaveMinKeys = 4096;
     const int64_t resident = r.fill_wave_workers;
-    if (s == 1 && resident > 0 && plan.num_tiles * 10 >= fill * 8 && plan.num_tiles <= resident &&
+    if (resident > 0 && plan.num_tiles * kFillWaveMaxSplits >= resident && plan.num_tiles <= resident &&
         r.max_kv_len >= kFillWaveMinKeys) {
+      s = 1;
       const int64_t most = std::min({kFillWaveMaxSplits, r.max_splits,
                                      r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split)});
       double best = 0.0;

@@ -91,16 +91,21 @@ struct SplitPlanRequest {
   // faster in one process and slower in another (256 x 8192: 1012 / 978 and 969 / 998 us;
   // docs/perf_log.md 2026-12-04, session 31).
   int64_t wave_split_workers = 0;
-  // Resident CTAs (one wave) of a kernel the heuristic fills at fewer CTAs an SM, whose
-  // one-split grids of fill-many tiles up to one wave of these lose to split grids that fill
-  // their last wave of resident CTAs (0: no such rule): a one-split grid of tiles in [0.8 x
-  // fill_workers, fill_wave_workers] with max_kv_len >= 8192 plans the count of 1 to 8 splits
-  // whose grid's last wave of fill_wave_workers is fullest (the fewest of equals). The CUDA
+  // Resident CTAs (one wave) of a kernel the heuristic fills at fewer CTAs an SM, whose grids
+  // of up to one wave of tiles run fastest at the split count that fills their last wave of
+  // resident CTAs (0: no such rule): tiles in [fill_wave_workers / 8, fill_wave_workers] with
+  // max_kv_len >= 4096 plan the count of 1 to 8 splits whose grid's last wave of
+  // fill_wave_workers is fullest (the fewest of equals), in place of the heuristic's. The CUDA
   // decode kernel at head_dim 256 (16-bit K/V: filled at 1 CTA an SM, 2 resident) sets it.
-  // H200, 32 / 8 heads, page 16, us at 1 / 2 / 3 / 4 / 6 / 8 splits (FlashInfer): 24 x 8192
-  // (192 tiles; 4 splits: 2.91 waves of 264) 410.8 / 407.2 / 390.4 / 374.9 / 400.0 / 379.5
-  // (377.7), 24 x 32768 1620.7 / 1604.2 / 1475.9 / 1448.3 / 1489.2 / 1457.2 (1474.1); 24 x 2048
-  // (under 8192 keys) 105.2 at 1 split, 105.5 at 4 (docs/perf_log.md 2026-12-04, session 32).
+  // H200, 32 / 8 heads, page 16, us at 1 / 2 / 3 / 4 / 8 splits (FlashInfer): 24 x 8192 (192
+  // tiles; 4 splits: 2.91 waves of 264) 410.8 / 407.2 / 390.4 / 374.9 / 379.5 (377.7), 24 x
+  // 32768 1620.7 / 1604.2 / 1475.9 / 1448.3 / 1457.2 (1474.1), 24 x 4096 201.0 / 204.4 / 205.6 /
+  // 191.1 / 196.7 (191.2), 16 x 4096 130.2 / 127.1 / 142.6 / 131.1 / 135.5 (131.0), 8 x 16384
+  // (the heuristic's 2) - / 255.9 / 272.4 / 246.7 / 248.0 (248.4), 8 x 32768 - / 503.9 / 536.4 /
+  // 482.1 / 483.1 (482.2), 12 x 16384 (the heuristic's 26: 380.9) 497.2 / 401.3 / 449.1 / 398.5
+  // / 365.8 (374.8); 24 x 2048 (under 4096 keys) 105.2 at 1 split, 105.5 at 4. Under 1/8 of a
+  // wave of tiles (batch 1-4) the heuristic's many splits stay (docs/perf_log.md 2026-12-04,
+  // session 32). Pages under 8 slots run the 1-an-SM row-copy kernel; the rule still applies.
   int64_t fill_wave_workers = 0;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size

@@ -558,9 +558,9 @@ TEST(TailSplitWorkersSplitAThinSecondWave) {
   EXPECT_EQ(int64_t{1}, planned(64));
 }
 
-// fill_wave_workers: a one-split grid the fill calls full (>= 0.8 x fill_workers tiles) but
-// within one wave of resident CTAs, at 8192 keys or more, plans the 1-8 splits whose last wave
-// of resident CTAs is fullest (the fewest of equals); elsewhere the heuristic's 1.
+// fill_wave_workers: a grid of 1/8 to one wave of resident CTAs in tiles, at 4096 keys or
+// more, plans the 1-8 splits whose last wave of resident CTAs is fullest (the fewest of
+// equals); elsewhere the heuristic's plan.
 TEST(FillWaveWorkersFillTheLastResidentWave) {
   SplitPlanRequest r = LongDecodeRequest();
   r.max_kv_len = 8192;
@@ -574,14 +574,21 @@ TEST(FillWaveWorkersFillTheLastResidentWave) {
   };
   EXPECT_EQ(int64_t{4}, planned(24));  // 192 tiles: 768 CTAs, 2.91 waves (measured fastest)
   EXPECT_EQ(int64_t{2}, planned(16));  // 128 tiles: 256 CTAs (4 splits' 512 of 528 is no fuller)
+  EXPECT_EQ(int64_t{4}, planned(8));   // 64 tiles: 256 CTAs (the heuristic's 2: 128)
+  EXPECT_EQ(int64_t{8}, planned(12));  // 96 tiles: 768 CTAs (at most 8 splits)
   EXPECT_EQ(int64_t{1}, planned(33));  // 264 tiles: one full wave already
   EXPECT_EQ(int64_t{1}, planned(34));  // 272 tiles: past one wave
-  r.max_kv_len = 32768;
+  r.fill_wave_workers = 0;
+  const int64_t heuristic_of_4 = planned(4);  // 32 tiles, under 1/8 of a wave: the heuristic's
+  r.fill_wave_workers = 264;
+  EXPECT_EQ(heuristic_of_4, planned(4));
+  EXPECT_TRUE(heuristic_of_4 != 8);  // (so the rule, which plans 8 here, is seen not to apply)
+  r.max_kv_len = 4096;
   EXPECT_EQ(int64_t{4}, planned(24));
   r.max_splits = 3;  // 1-3 splits fill 192 / 264, 384 / 528, 576 / 792: the fewest
   EXPECT_EQ(int64_t{1}, planned(24));
   r.max_splits = 64;
-  r.max_kv_len = 8191;  // under the measured lengths
+  r.max_kv_len = 4095;  // under the measured lengths
   EXPECT_EQ(int64_t{1}, planned(24));
   r.max_kv_len = 8192;
   r.workspace_bytes = RequiredWorkspaceBytes(LayoutShape{24, 32, 256}, 4) - 1;  // room for 3

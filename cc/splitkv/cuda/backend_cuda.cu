@@ -252,8 +252,8 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
     // head_dim 128's one-split grids of 3.5 to 11 waves of long tiles: split to about 11
     // (measured on 16-bit K/V; not at the other head_dims: split_plan.h).
     if (head_dim == 128 && !kv_fp8) traits.wave_split_workers = traits.fill_workers;
-    // head_dim 256's grids that its fill (1 CTA an SM) calls full but its 2 resident an SM do
-    // not: splits that fill the last resident wave (measured on 16-bit K/V; split_plan.h).
+    // head_dim 256's grids of up to one wave of its 2 resident CTAs an SM (the heuristic fills
+    // 1): splits that fill the last resident wave (measured on 16-bit K/V; split_plan.h).
     if (head_dim == 256 && !kv_fp8) traits.fill_wave_workers = int64_t{workers.sm_count} * kBulkDecodeRingCtasPerSm;
   }
   traits.min_keys_per_split = tile.kind == TileKind::kDecode ? kDecodeMinKeysPerSplit : 256;
