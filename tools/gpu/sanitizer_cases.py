@@ -4,7 +4,10 @@ Covers both tile kinds of the paged kernel (decode and prefill tiles; on sm_90 d
 with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ slots through
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
-V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill tiles, ragged), split merges (num_splits > 1) and direct
+V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma),
+head_dim 64's default decode on the 128-key wgmma-order tiles (unsplit, and a split grid past
+4 CTAs an SM), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill
+tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
 batch-invariant calls (sm_90: the wgmma prefill folding its splits, the decode kernel's
@@ -126,6 +129,13 @@ def main():
          harness.make_paged([1, 45, 700], page_size=16, group=8, head_dim=64,
                             dtype=torch.bfloat16, device="cuda"),
          dict(num_splits=3, sinks=torch.linspace(-4, 4, 16, device="cuda"))),
+        ("paged decode d64 (sm_90: the 128-key wgmma-order tiles, default mode), sinks, 1 split",
+         harness.make_paged([1, 45, 700, 130], page_size=16, group=8, head_dim=64,
+                            dtype=torch.bfloat16, device="cuda"),
+         dict(num_splits=1, sinks=torch.linspace(-4, 4, 16, device="cuda"))),
+        ("paged decode d64 (sm_90: the 128-key wgmma-order tiles past 4 CTAs an SM), f16, 8 splits",
+         harness.make_paged([1 + (37 * i) % 700 for i in range(48)], page_size=16, group=4, head_dim=64,
+                            dtype=torch.float16, device="cuda"), dict(num_splits=8)),
         ("ragged wgmma (sm_90) with sinks and a window, bf16 d128, q > kv, 1 split",
          harness.make_ragged([130, 40], [100, 300], group=4, head_dim=128, dtype=torch.bfloat16,
                              device="cuda"),
