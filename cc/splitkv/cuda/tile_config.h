@@ -4,9 +4,10 @@
 // A CTA is 4 warps. Its query rows pack (query tokens x qo heads of one kv head's group), so a
 // GQA decode step reads each KV block once for the whole group:
 //   decode tiles:  16 rows (1 warp of rows); the 4 warps split each 64-key block in 4 (the
-//                  batch-invariant wgmma-order path: each warp a quarter of the 128-key
-//                  block's logits and their exponentials, the probabilities exchanged so
-//                  every warp holds them all, and a quarter of head_dim).
+//                  wgmma-order path, batch-invariant calls and head_dim 64's default on
+//                  most grids: each warp a quarter of the 128-key block's logits and their
+//                  exponentials, the probabilities exchanged so every warp holds them all,
+//                  and a quarter of head_dim).
 //   prefill tiles: 64 rows (4 warps of 16 rows); every warp sees the whole key block.
 // Calls use decode tiles when a tile's rows (max_q_len x group) fit in 16, else prefill tiles
 // (ragged calls run the wgmma kernel's own 128-row tiles where it serves them); batch-
@@ -140,10 +141,10 @@ constexpr int64_t DecodeSplitMergeBlocks(int head_dim, bool kv_fp8) {
 // (32 splits, 8192 CTAs, before); 16 x 8192 and 16 x 32768 within noise (docs/perf_log.md).
 inline constexpr int64_t kDecodeFillCtasPerSm = 2;
 // The same bytes in flight at other head_dims: a CTA's blocks carry head_dim x 2 bytes a key,
-// so 4 an SM at 64 (all that fit; 2 there cost 8 x 4096..32768 d64 page 16 1.5-2 %, gained
-// page 64 1-1.4 %) and 1 at 256 (where the K/V ring fits 2, filling 2 an SM cost 1 x 8k..32k
-// 3-4 points of copy bandwidth at 32 splits against 16, and batch 8 at 4 splits against 2 was
-// within -3..+3 points: H200, docs/perf_log.md).
+// so 4 an SM at 64 (a cap: its 168-register shapes fit 3; 2 there cost 8 x 4096..32768 d64
+// page 16 1.5-2 %, gained page 64 1-1.4 %) and 1 at 256 (where the K/V ring fits 2, filling 2
+// an SM cost 1 x 8k..32k 3-4 points of copy bandwidth at 32 splits against 16; batch 5-33 plan
+// by split_plan.h fill_wave_workers instead: H200, docs/perf_log.md).
 constexpr int64_t DecodeFillCtasPerSm(int64_t head_dim) {
   const int64_t same_bytes = kDecodeFillCtasPerSm * 128 / head_dim;
   return same_bytes > 1 ? same_bytes : 1;
