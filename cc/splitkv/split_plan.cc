@@ -193,6 +193,13 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
       const bool long_tiles = r.max_kv_len >= kTailSplitLongKeys && r.max_kv_len >= 4 * r.min_keys_per_split;
       s = std::min<int64_t>(r.max_splits, long_tiles ? 4 : 2);
     }
+    // Past two waves, long tiles only: a last wave at most 60 % full plans 2 splits, at most
+    // 30 % full 4 (the same field).
+    const int64_t last_wave = tail > 0 ? plan.num_tiles % tail : 0;
+    if (s == 1 && tail > 0 && plan.num_tiles > 2 * tail && plan.num_tiles < 4 * tail && last_wave > 0 &&
+        10 * last_wave <= 6 * tail && r.max_kv_len >= kTailSplitLongKeys && r.max_kv_len >= 4 * r.min_keys_per_split) {
+      s = std::min<int64_t>(r.max_splits, 10 * last_wave <= 3 * tail ? 4 : 2);
+    }
     // A one-split grid of a few waves of long tiles: split to about kWaveSplitWaves waves
     // (SplitPlanRequest::wave_split_workers). Measured from 3.88 waves and 8192 keys up.
     constexpr int64_t kWaveSplitWaves = 11;

@@ -73,7 +73,13 @@ struct SplitPlanRequest {
   // 8 heads, page 16 (64) us at 1 / 2 / 4 / 8 splits: 64 x 16384 604.3 / 508.7 / 497.3 / 496.3
   // (609.8 / 512.0 / 493.8 / 502.5), 64 x 32768 1232.0 / 1029.0 / 974.0 / 988.4 (1187.8 /
   // 1001.3 / 942.8 / 951.3), 64 x 8192 307.7 / 262.2 / 269.2 / 261.7, 64 x 4096 157.3 / 135.4 /
-  // 142.5 / 144.4, 64 x 2048 83.1 / 76.5 / 82.2 / 92.4 (docs/perf_log.md 2026-12-04).
+  // 142.5 / 144.4, 64 x 2048 83.1 / 76.5 / 82.2 / 92.4 (docs/perf_log.md 2026-12-04). Past two
+  // waves (tiles in (2, 4) x tail_split_workers), from 16384 keys: a last wave at most 60 %
+  // full plans 2 splits, at most 30 % full 4 (head_dim 64, us at 1 / 2 / 3 / 4 splits, beside
+  // FlashInfer: 128 x 16384 (2.59 waves of 396) 1027.2 / 973.0 / 978.3 / 990.3 (985.4), 128 x
+  // 32768 2016.9 / 1894.0 / 1917.0 / 1887.1 (1903.7), 160 x 32768 (3.23) 2704.4 / 2493.9 /
+  // 2451.0 / 2412.2 (2427.3); outside it 192 x 16384 (3.88) 1448.8 / 1467.9 / 1473.7 / 1460.3,
+  // 256 x 32768 (5.17) 3817.1 / 3828.5 / 3825.0 / 3823.8, 96 x 32768 (1.94) within 1 % at all).
   int64_t tail_split_workers = 0;
   // Workers (the CTAs an SM the planner fills, times the SMs) of a kernel whose one-split
   // grids of several waves of long tiles lose to split grids of about 11 waves (0: no such

@@ -553,6 +553,17 @@ TEST(TailSplitWorkersSplitAThinSecondWave) {
   r.workspace_bytes = RequiredWorkspaceBytes(LayoutShape{64, 64, 64}, 4) - 1;  // room for 3
   EXPECT_EQ(int64_t{3}, planned(64));
   r.workspace_bytes = int64_t{1} << 32;
+  // Past two waves, from 16384 keys: a last wave at most 60 % full, 2 splits; at most 30 %, 4.
+  r.max_kv_len = 16384;
+  EXPECT_EQ(int64_t{2}, planned(128));  // 1024 tiles: 2.59 waves (last 59 %)
+  EXPECT_EQ(int64_t{4}, planned(160));  // 1280 tiles: 3.23 waves (last 23 %)
+  EXPECT_EQ(int64_t{1}, planned(192));  // 1536 tiles: 3.88 waves (last 88 %)
+  EXPECT_EQ(int64_t{1}, planned(99));   // 792 tiles: exactly 2 waves
+  EXPECT_EQ(int64_t{1}, planned(256));  // 2048 tiles: past 4 waves
+  EXPECT_EQ(int64_t{1}, planned(132));  // 1056 tiles: 2.67 waves (last 67 %)
+  r.max_kv_len = 16383;  // under 16384 keys
+  EXPECT_EQ(int64_t{1}, planned(128));
+  EXPECT_EQ(int64_t{1}, planned(160));
   r.max_kv_len = 4096;
   r.tail_split_workers = 0;
   EXPECT_EQ(int64_t{1}, planned(64));
