@@ -8,6 +8,17 @@
 
 namespace splitkv {
 
+namespace {
+
+// How full a grid of `ctas` CTAs keeps its waves of `wave` slots: its waves over the whole
+// waves it takes (1: the last wave is full).
+double WaveEfficiency(int64_t ctas, int64_t wave) {
+  const double waves = static_cast<double>(ctas) / static_cast<double>(wave);
+  return waves / static_cast<double>((ctas + wave - 1) / wave);
+}
+
+}  // namespace
+
 int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_kv_len,
                            int64_t min_keys_per_split, int64_t max_splits, int64_t split_block_keys,
                            int64_t split_merge_blocks, int64_t short_split_keys, int64_t short_split_workers,
@@ -41,10 +52,7 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
     limit = std::max<int64_t>(1, std::min(limit, cap));
   }
   // Efficiency of s splits: the fraction of the last wave's workers that have work.
-  auto efficiency = [&](int64_t s) {
-    const double waves = static_cast<double>(num_tiles * s) / static_cast<double>(wave);
-    return waves / static_cast<double>((num_tiles * s + wave - 1) / wave);
-  };
+  auto efficiency = [&](int64_t s) { return WaveEfficiency(num_tiles * s, wave); };
   double best = 0.0;
   for (int64_t s = 1; s <= limit; ++s) best = std::max(best, efficiency(s));
   // The wave model's time of s splits: waves x key blocks in the longest split, plus the
@@ -222,10 +230,8 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
                                      r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split)});
       double best = 0.0;
       for (int64_t c = 1; c <= most; ++c) {
-        const int64_t ctas = plan.num_tiles * c;
-        const double last_wave_fill =
-            static_cast<double>(ctas) / static_cast<double>((ctas + resident - 1) / resident * resident);
-        if (last_wave_fill > best + 1e-9) best = last_wave_fill, s = c;
+        const double fill_of_c = WaveEfficiency(plan.num_tiles * c, resident);
+        if (fill_of_c > best + 1e-9) best = fill_of_c, s = c;
       }
     }
     while (s > 1 && (!Fits(r.layout_shape, s, r.workspace_bytes) || !fits_counters(s))) {
