@@ -24,7 +24,8 @@ bool DeviceRunsSm90a(const char* op);
 // Enqueues one launch of num_tiles x num_splits CTAs (kind: decode or prefill tiles). `maps`
 // (box_rows > 0) lets the sm_90 decode kernel fetch page runs by tensor copies;
 // `split_workers` is the planner's worker count for decode tiles (split-grid CTAs that fit
-// on the device at once), `sm_count` the device's SMs.
+// on the device at once), `sm_count` the device's SMs (read by head_dim 64's decode route
+// only; other calls may pass 0).
 template <int kHeadDim>
 void LaunchPaged(DType dtype, TileKind kind, const AttentionKernelParams& params, const PagedKvParams& kv,
                  const PagedKvMaps& maps, int64_t num_tiles, int64_t split_workers, int64_t sm_count,
