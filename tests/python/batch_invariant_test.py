@@ -250,6 +250,32 @@ def test_long_decode_matches_prefill_rows_cuda(length, group, head_dim):
     assert_same(verify, (rows[0][-3:], rows[1][-3:]))
 
 
+@pytest.mark.gpu
+def test_decode_grid_of_three_to_four_ctas_an_sm_cuda():
+    """L1 across head_dim 64's two invariant decode shapes (cuda/attention_launch.cuh
+    D64InvariantTwoPerSm): a batch whose grid holds more than 3 and at most 4 CTAs an SM runs
+    the two-an-SM shape, each of its requests alone the three-an-SM one. Every request's out
+    and lse bits agree, and the batch matches the float64 reference."""
+    harness.require("cuda", torch.bfloat16, 64)
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    # 4 splits a request (3 x 2048 + 1 .. + 299 keys) x 2 kv heads: 8 CTAs a request.
+    batch = 7 * sms // 16
+    assert 3 * sms < 8 * batch <= 4 * sms
+    rng = random.Random(sms)
+    lengths = [rng.randrange(3 * SPLIT_KEYS["cuda"] + 1, 3 * SPLIT_KEYS["cuda"] + 300) for _ in range(batch)]
+    problem = harness.make_paged(lengths, page_size=16, group=4, head_dim=64, dtype=torch.bfloat16,
+                                 device="cuda", seed=batch)
+    workspace = splitkv.Workspace(64 << 20, "cuda")
+    harness.fill_garbage(workspace)
+    whole = harness.run_and_check(problem, workspace, dict(batch_invariant=True), poison_out=True)
+    for i in range(batch):
+        alone = splitkv.paged_attention(problem.q[i:i + 1], problem.kv_cache, problem.block_tables[i:i + 1],
+                                        problem.seq_lens[i:i + 1], workspace, return_lse=True,
+                                        batch_invariant=True)
+        assert_same(alone, (whole[0][i:i + 1], whole[1][i:i + 1]))
+    harness.assert_counter_region_zero(workspace)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_workspace_size_and_plan_do_not_change_bits(device):
     """L2: the smallest workspace (no room for split partials: every tile runs its splits in

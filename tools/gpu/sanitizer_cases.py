@@ -11,7 +11,8 @@ tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
 batch-invariant calls (sm_90: the wgmma prefill folding its splits, the decode kernel's
-wgmma-order path by tensor and row copies, paged and ragged), and
+wgmma-order path by tensor copies, at three CTAs an SM and at two on head_dim 64's grids of
+3-4 an SM, and by row copies, paged and ragged), and
 paged calls over shards of longer requests (kv_offsets, full_seq_lens) with windows, and
 paged prefill on the sm_90 wgmma kernel by page-box tensor copies (HND and NHD, pages of 8,
 16 and 64 slots, head_dim 64/128/256, a window whose first key is inside a page box,
@@ -151,6 +152,10 @@ def main():
          harness.make_paged([2300, 300, 1], page_size=16, group=4, head_dim=128, dtype=torch.bfloat16,
                             device="cuda"),
          dict(batch_invariant=True, sinks=torch.linspace(-2, 2, 8, device="cuda"))),
+        ("batch-invariant paged decode (sm_90: the wgmma-order tiles at two CTAs an SM, a grid of 3-4 an SM "
+         "on a 132-SM H200), d64, 4 splits",
+         harness.make_paged([6145 + (211 * i) % 2000 for i in range(58)], page_size=16, group=4, head_dim=64,
+                            dtype=torch.bfloat16, device="cuda"), dict(batch_invariant=True)),
         ("batch-invariant paged verify (sm_90: the decode kernel's wgmma order, row copies), pages of 4, "
          "f16 d64, 2 splits",
          harness.make_paged([2300, 300], page_size=4, group=2, head_dim=64, dtype=torch.float16,

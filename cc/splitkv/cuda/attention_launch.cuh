@@ -75,13 +75,30 @@ static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == kBulkDecodeRingCtasPe
 // Batch-invariant decode tiles whose rows reduce in the wgmma prefill's order
 // (decode_kernel.cuh kWgmmaOrder): 128-key blocks through a ring of three K-or-V parts, by
 // tensor copies (kPageTma) or one row copy a thread (pages under 8 slots, ragged K/V).
-template <int kHeadDim, bool kPageTma>
-using WgmmaOrderDecodeShape = BulkDecodeShape<kHeadDim, 128, 3, kPageTma, true, false, false, true>;
+template <int kHeadDim, bool kPageTma, int kStages = 3>
+using WgmmaOrderDecodeShape = BulkDecodeShape<kHeadDim, 128, kStages, kPageTma, true, false, false, true>;
 static_assert(WgmmaOrderDecodeShape<128, true>::kMinBlocks == 2 && WgmmaOrderDecodeShape<128, false>::kMinBlocks == 2);
+static_assert(WgmmaOrderDecodeShape<64, true>::kMinBlocks == 3);
 
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape, template <typename> class KvSourceT = PagedKvSource>
 using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
+
+// Head_dim 64's batch-invariant paged decode by tensor copies: the wgmma-order tiles at three
+// CTAs an SM, or at two (a ring of 4 parts) on grids of more than 3 and at most 4 CTAs an SM,
+// where three an SM leave a thin second wave and two fill two. The ring's depth changes no
+// value (the same operations in the same order): both shapes give the same bits. H200, 32 / 8
+// heads, page 16, us in one process, three an SM / two at 4-part / 6-part rings: 14 x 8192
+// (448 CTAs) 84.5 / 67.7 / 68.4, 8 x 16384 (512) 86.4 / 71.7 / 74.6, 1 x 131072 (512) 90.1 /
+// 75.3 / 77.8; three an SM won at 256 CTAs (4 x 16384 37.5 / 38.0 / 39.2), 384 (12 x 8192
+// 54.4 / - / 66.6), 640 (20 x 8192 88.2 / 98.2 / 97.9), 768 and 1024 (docs/perf_log.md
+// 2026-12-04, session 33).
+inline bool D64InvariantTwoPerSm(const AttentionKernelParams& params, int64_t num_tiles, int64_t sm_count) {
+  const int64_t ctas = num_tiles * params.num_splits;
+  return sm_count > 0 && ctas > 3 * sm_count && ctas <= 4 * sm_count;
+}
+using WgmmaOrderTwoPerSmD64Shape = WgmmaOrderDecodeShape<64, true, 4>;
+static_assert(WgmmaOrderTwoPerSmD64Shape::kMinBlocks == 2);
 
 // A split grid of at most one wave of the 2-stage decode CTAs (`split_workers` of them fit
 // the device at once): its CTAs are short, so the 2-stage shapes run it (tile_config.h).
@@ -172,6 +189,12 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
       if constexpr (kHeadDim <= 128) {
         if (params.invariant_split_keys > 0) {  // backend_cuda.cu WgmmaOrderFamily
           if (maps.box_rows > 0) {
+            if constexpr (kHeadDim == 64) {
+              if (D64InvariantTwoPerSm(params, num_tiles, sm_count)) {
+                return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op,
+                                                                                maps);
+              }
+            }
             return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, true>>::Launch(params, kv, num_tiles, stream,
                                                                                       op, maps);
           }

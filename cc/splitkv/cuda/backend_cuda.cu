@@ -312,8 +312,8 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   // The plan was sized by Traits() for this tile kind and head_dim: its workers are the split
   // grid's CTAs that fit on the device at once.
   const int64_t workers = plan.num_workers;
-  // The SM count only head_dim 64's decode route reads (attention_launch.cuh D64WideBlocks):
-  // other calls skip the device lookup's lock.
+  // The SM count only head_dim 64's decode routes read (attention_launch.cuh D64WideBlocks,
+  // D64InvariantTwoPerSm): other calls skip the device lookup's lock.
   const int64_t sms = tile.kind == TileKind::kDecode && p.head_dim == 64
                           ? WorkersPerDevice(tile.kind, p.head_dim, p.kv_storage.fp8_e4m3, kPagedOp).sm_count
                           : 0;
