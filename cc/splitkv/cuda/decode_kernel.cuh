@@ -300,8 +300,13 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   constexpr int RS = S::kRowElems;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ uint64_t stage_full[S::kStages];
-  unsigned char* const smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + S::kAlign - 1) & ~uintptr_t{S::kAlign - 1});
+  // The aligned base as smem_raw plus an offset, not through an integer: a pointer derived
+  // from a __shared__ array keeps its state space, so the compiler emits shared loads and
+  // stores (ld.shared: a few cycles) for every access through it, where a pointer made from
+  // an integer gets generic ones (the softmax's probability exchange ran on LD.E.128, a
+  // long-scoreboard wait each block; H200 ncu, docs/perf_log.md 2026-12-04 session 33).
+  unsigned char* const smem =
+      smem_raw + ((S::kAlign - (SharedAddress(smem_raw) & (S::kAlign - 1))) & (S::kAlign - 1));
   // Buffer i at i * kKvElems: stage st's K at 2 * st and V at 2 * st + 1, or (ring) part p
   // of the stream (block p / 2's K when p is even, its V when odd) at p % kStages.
   T* const s_kv = reinterpret_cast<T*>(smem);
