@@ -253,7 +253,7 @@ def test_long_decode_matches_prefill_rows_cuda(length, group, head_dim):
 @pytest.mark.gpu
 def test_decode_grid_of_three_to_four_ctas_an_sm_cuda():
     """L1 across head_dim 64's two invariant decode shapes (cuda/attention_launch.cuh
-    D64InvariantTwoPerSm): a batch whose grid holds more than 3 and at most 4 CTAs an SM runs
+    D64TwoPerSmGrid): a batch whose grid holds more than 3 and at most 4 CTAs an SM runs
     the two-an-SM shape, each of its requests alone the three-an-SM one. Every request's out
     and lse bits agree, and the batch matches the float64 reference."""
     harness.require("cuda", torch.bfloat16, 64)

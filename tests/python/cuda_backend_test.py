@@ -128,6 +128,22 @@ def test_long_decode_matches_reference(head_dim, page_size, num_splits, kv_layou
     harness.run_and_check(problem, workspace, options, poison_out=True, num_splits=num_splits)
 
 
+# Head_dim 64's unsplit decode grids by the kernel shape each runs (cuda/attention_launch.cuh):
+# up to 2 CTAs an SM and past 4 the 128-key wgmma-order tiles at three an SM, 2-3 the 64-key
+# shape, 3-4 the 128-key tiles at two an SM (D64TwoPerSmGrid); sized from this GPU's SM count
+# (2 kv heads: two tiles a request), request lengths from 1 key to several blocks.
+@pytest.mark.parametrize("ctas_per_sm", [1.5, 2.5, 3.5, 4.5])
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_d64_decode_grid_shapes_match_reference(ctas_per_sm, page_size):
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    batch = int(ctas_per_sm * sms) // 2
+    problem = harness.make_paged([1 + (97 * i) % 1500 for i in range(batch)], page_size=page_size, num_kv_heads=2,
+                                 group=4, head_dim=64, dtype=torch.bfloat16, device="cuda", seed=batch + page_size)
+    workspace = harness.shared_workspace("cuda")
+    harness.fill_garbage(workspace)
+    harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=1)
+
+
 _RAGGED_CASES = harness.pairwise({
     "dtype": [torch.float16, torch.bfloat16],
     "head_dim": [64, 128, 256],

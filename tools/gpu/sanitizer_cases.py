@@ -5,8 +5,8 @@ with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ 
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
 V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma),
-head_dim 64's default decode on the 128-key wgmma-order tiles (unsplit, and a split grid past
-4 CTAs an SM), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill
+head_dim 64's default decode on the 128-key wgmma-order tiles (unsplit, a grid of 3-4 CTAs an
+SM at two an SM, and a split grid past 4 CTAs an SM), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill
 tiles, ragged), split merges (num_splits > 1) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
@@ -134,6 +134,10 @@ def main():
          harness.make_paged([1, 45, 700, 130], page_size=16, group=8, head_dim=64,
                             dtype=torch.bfloat16, device="cuda"),
          dict(num_splits=1, sinks=torch.linspace(-4, 4, 16, device="cuda"))),
+        ("paged decode d64 (sm_90: the 128-key wgmma-order tiles at two CTAs an SM, a grid of 3-4 an SM on a "
+         "132-SM H200), 1 split",
+         harness.make_paged([1 + (53 * i) % 900 for i in range(232)], page_size=16, group=4, head_dim=64,
+                            dtype=torch.bfloat16, device="cuda"), dict(num_splits=1)),
         ("paged decode d64 (sm_90: the 128-key wgmma-order tiles past 4 CTAs an SM), f16, 8 splits",
          harness.make_paged([1 + (37 * i) % 700 for i in range(48)], page_size=16, group=4, head_dim=64,
                             dtype=torch.float16, device="cuda"), dict(num_splits=8)),

@@ -84,16 +84,16 @@ static_assert(WgmmaOrderDecodeShape<64, true>::kMinBlocks == 3);
 template <typename T, class Shape, template <typename> class KvSourceT = PagedKvSource>
 using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape, KvSourceT>, Shape::kSmemBytes>;
 
-// Head_dim 64's batch-invariant paged decode by tensor copies: the wgmma-order tiles at three
-// CTAs an SM, or at two (a ring of 4 parts) on grids of more than 3 and at most 4 CTAs an SM,
-// where three an SM leave a thin second wave and two fill two. The ring's depth changes no
-// value (the same operations in the same order): both shapes give the same bits. H200, 32 / 8
-// heads, page 16, us in one process, three an SM / two at 4-part / 6-part rings: 14 x 8192
-// (448 CTAs) 84.5 / 67.7 / 68.4, 8 x 16384 (512) 86.4 / 71.7 / 74.6, 1 x 131072 (512) 90.1 /
-// 75.3 / 77.8; three an SM won at 256 CTAs (4 x 16384 37.5 / 38.0 / 39.2), 384 (12 x 8192
-// 54.4 / - / 66.6), 640 (20 x 8192 88.2 / 98.2 / 97.9), 768 and 1024 (docs/perf_log.md
+// Head_dim 64's wgmma-order tiles (below) at two CTAs an SM, a ring of 4 parts, where a grid
+// holds more than 3 and at most 4 CTAs an SM: three an SM leave a thin second wave, two fill
+// two. The ring's depth changes no value (the same operations in the same order): both
+// shapes give the same bits, so batch-invariant calls take this rule too. H200, 32 / 8 heads,
+// page 16, us in one process, batch-invariant, three an SM / two at 4-part / 6-part rings: 14
+// x 8192 (448 CTAs) 84.5 / 67.7 / 68.4, 8 x 16384 (512) 86.4 / 71.7 / 74.6, 1 x 131072 (512)
+// 90.1 / 75.3 / 77.8; three an SM won at 256 CTAs (4 x 16384 37.5 / 38.0 / 39.2), 384 (12 x
+// 8192 54.4 / - / 66.6), 640 (20 x 8192 88.2 / 98.2 / 97.9), 768 and 1024 (docs/perf_log.md
 // 2026-12-04, session 33).
-inline bool D64InvariantTwoPerSm(const AttentionKernelParams& params, int64_t num_tiles, int64_t sm_count) {
+inline bool D64TwoPerSmGrid(const AttentionKernelParams& params, int64_t num_tiles, int64_t sm_count) {
   const int64_t ctas = num_tiles * params.num_splits;
   return sm_count > 0 && ctas > 3 * sm_count && ctas <= 4 * sm_count;
 }
@@ -110,8 +110,8 @@ inline bool OneWaveSplitGrid(const AttentionKernelParams& params, int64_t num_ti
 // wgmma-order tiles (128-key blocks through a K/V ring: half the blocks, barriers and softmax
 // reductions of the 64-key shape; both fit 3 CTAs an SM, at 168 registers) except on one-wave
 // split grids, where the 2-stage split shape's short CTAs won, and on grids of more than 2 and
-// at most 4 CTAs an SM, where the 64-key shape won at 2.4 and 2.9 (past 3 not measured: the
-// planner splits those grids from 2048 keys, split_plan.h tail_split_workers). H200, 32 / 8
+// at most 3 CTAs an SM, where the 64-key shape won at 2.4 and 2.9 (grids of 3-4 an SM run the
+// two-an-SM shape, D64TwoPerSmGrid, checked first). H200, 32 / 8
 // heads, page 16, us in one process, 64-key / 128-key shape at the same split count: 32 x
 // 8192 (256 CTAs) 137.4 / 125.0, 32 x 32768 525.2 / 479.5; 40 x 8192 (320) 158.7 / 162.5, 48
 // x 4096 (384) 97.4 / 98.1, 48 x 16384 368.0 / 372.0; 64 x 4096 at 2 splits (1024) 140.2 /
@@ -121,7 +121,7 @@ inline bool D64WideBlocks(const AttentionKernelParams& params, int64_t num_tiles
                           int64_t sm_count) {
   if (OneWaveSplitGrid(params, num_tiles, split_workers)) return false;
   const int64_t ctas = num_tiles * params.num_splits;
-  return ctas <= 2 * sm_count || ctas > 4 * sm_count;
+  return ctas <= 2 * sm_count || ctas > 3 * sm_count;
 }
 
 template <typename T, int kHeadDim, bool kPageTma, template <typename> class KvSourceT = PagedKvSource>
@@ -190,7 +190,7 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
         if (params.invariant_split_keys > 0) {  // backend_cuda.cu WgmmaOrderFamily
           if (maps.box_rows > 0) {
             if constexpr (kHeadDim == 64) {
-              if (D64InvariantTwoPerSm(params, num_tiles, sm_count)) {
+              if (D64TwoPerSmGrid(params, num_tiles, sm_count)) {
                 return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op,
                                                                                 maps);
               }
@@ -203,6 +203,10 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
         }
       }
       if constexpr (kHeadDim == 64) {
+        if (maps.box_rows > 0 && !OneWaveSplitGrid(params, num_tiles, split_workers) &&
+            D64TwoPerSmGrid(params, num_tiles, sm_count)) {
+          return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
+        }
         if (maps.box_rows > 0 && D64WideBlocks(params, num_tiles, split_workers, sm_count)) {
           return BulkDecodeInstance<T, WgmmaOrderDecodeShape<64, true>>::Launch(params, kv, num_tiles, stream, op,
                                                                               maps);
