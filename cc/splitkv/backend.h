@@ -27,6 +27,7 @@ struct BackendTraits {
   int64_t short_split_workers = 0;
   bool one_wave_splits = false;    // split grids of at most one wave (split_plan.h)
   int64_t tail_split_workers = 0;  // 2 splits for grids just past a wave (split_plan.h)
+  int64_t tail_keep_tiles = 0;     // ... except grids of at most these tiles (split_plan.h)
   int64_t wave_split_workers = 0;  // splits for grids of a few waves of long tiles (split_plan.h)
   int64_t fill_wave_workers = 0;   // splits filling the last resident wave (split_plan.h)
   // Batch-invariant mode (AttentionOptions::batch_invariant): keys per split, a multiple of

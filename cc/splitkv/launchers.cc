@@ -212,6 +212,7 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.short_split_workers = traits.short_split_workers;
   request.one_wave_splits = traits.one_wave_splits;
   request.tail_split_workers = traits.tail_split_workers;
+  request.tail_keep_tiles = traits.tail_keep_tiles;
   request.wave_split_workers = traits.wave_split_workers;
   request.fill_wave_workers = traits.fill_wave_workers;
   request.forced_num_splits = options.num_splits;

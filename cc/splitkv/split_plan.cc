@@ -199,7 +199,8 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
         r.max_kv_len >= 2 * std::max(r.min_keys_per_split, kTailSplitMinKeys)) {
       // A one-split grid just past a wave (SplitPlanRequest::tail_split_workers).
       const bool long_tiles = r.max_kv_len >= kTailSplitLongKeys && r.max_kv_len >= 4 * r.min_keys_per_split;
-      s = std::min<int64_t>(r.max_splits, long_tiles ? 4 : 2);
+      const bool kept = plan.num_tiles <= r.tail_keep_tiles && r.max_kv_len < kTailSplitLongKeys;
+      if (!kept) s = std::min<int64_t>(r.max_splits, long_tiles ? 4 : 2);
     }
     // Past two waves, long tiles only: a last wave at most 60 % full plans 2 splits, at most
     // 30 % full 4 (the same field).

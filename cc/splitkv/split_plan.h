@@ -81,6 +81,14 @@ struct SplitPlanRequest {
   // 2451.0 / 2412.2 (2427.3); outside it 192 x 16384 (3.88) 1448.8 / 1467.9 / 1473.7 / 1460.3,
   // 256 x 32768 (5.17) 3817.1 / 3828.5 / 3825.0 / 3823.8, 96 x 32768 (1.94) within 1 % at all).
   int64_t tail_split_workers = 0;
+  // With tail_split_workers: one-split grids of at most this many tiles keep 1 split under
+  // 16384 keys (0: none). The CUDA decode at head_dim 64 runs grids of 3-4 CTAs an SM at two
+  // an SM, which fills two waves where three an SM left a thin second one (cuda/
+  // attention_launch.cuh D64TwoPerSmGrid), so it sets 4 x SMs. H200, 32 / 8 heads, page 16,
+  // us at 1 / 2 splits on that shape: 64 x 2048 (512 tiles) 68.3 / 74.7, 64 x 4096 129.0 /
+  // 134.5, 60 x 4096 (480) 121.0 / 132.9, 64 x 8192 249.2 / 256.6 (docs/perf_log.md 2026-12-04,
+  // session 33; from 16384 keys not measured: the 4 splits stay).
+  int64_t tail_keep_tiles = 0;
   // Workers (the CTAs an SM the planner fills, times the SMs) of a kernel whose one-split
   // grids of several waves of long tiles lose to split grids of about 11 waves (0: no such
   // rule): tiles in [3.5, 11) x wave_split_workers with max_kv_len >= 8192 plan the fewest

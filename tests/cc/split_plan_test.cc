@@ -564,6 +564,18 @@ TEST(TailSplitWorkersSplitAThinSecondWave) {
   r.max_kv_len = 16383;  // under 16384 keys
   EXPECT_EQ(int64_t{1}, planned(128));
   EXPECT_EQ(int64_t{1}, planned(160));
+  // tail_keep_tiles: grids of at most that many tiles keep 1 split under 16384 keys.
+  r.tail_keep_tiles = 528;  // 132 SMs x 4
+  r.max_kv_len = 4096;
+  EXPECT_EQ(int64_t{1}, planned(64));  // 512 tiles
+  EXPECT_EQ(int64_t{1}, planned(66));  // 528
+  EXPECT_EQ(int64_t{2}, planned(67));  // 536: past it, the thin-wave rule again
+  EXPECT_EQ(int64_t{2}, planned(74));
+  r.max_kv_len = 16383;
+  EXPECT_EQ(int64_t{1}, planned(64));
+  r.max_kv_len = 16384;  // long tiles: 4 splits as before
+  EXPECT_EQ(int64_t{4}, planned(64));
+  r.tail_keep_tiles = 0;
   r.max_kv_len = 4096;
   r.tail_split_workers = 0;
   EXPECT_EQ(int64_t{1}, planned(64));
