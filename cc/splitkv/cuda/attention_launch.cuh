@@ -91,8 +91,9 @@ using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape, KvSourceT>, S
 // page 16, us in one process, batch-invariant, three an SM / two at 4-part / 6-part rings: 14
 // x 8192 (448 CTAs) 84.5 / 67.7 / 68.4, 8 x 16384 (512) 86.4 / 71.7 / 74.6, 1 x 131072 (512)
 // 90.1 / 75.3 / 77.8; three an SM won at 256 CTAs (4 x 16384 37.5 / 38.0 / 39.2), 384 (12 x
-// 8192 54.4 / - / 66.6), 640 (20 x 8192 88.2 / 98.2 / 97.9), 768 and 1024 (docs/perf_log.md
-// 2026-12-04, session 33).
+// 8192 54.4 / - / 66.6), 640 (20 x 8192 88.2 / 98.2 / 97.9), 768 and 1024. Default mode, the
+// bench's grid: 64 x 1024 (512 tiles, one split) 47.4 us on the 64-key shape, 37.5 at two an
+// SM (docs/perf_log.md 2026-12-04, session 33).
 inline bool D64TwoPerSmGrid(const AttentionKernelParams& params, int64_t num_tiles, int64_t sm_count) {
   const int64_t ctas = num_tiles * params.num_splits;
   return sm_count > 0 && ctas > 3 * sm_count && ctas <= 4 * sm_count;

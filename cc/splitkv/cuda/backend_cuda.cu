@@ -317,7 +317,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   // grid's CTAs that fit on the device at once.
   const int64_t workers = plan.num_workers;
   // The SM count only head_dim 64's decode routes read (attention_launch.cuh D64WideBlocks,
-  // D64InvariantTwoPerSm): other calls skip the device lookup's lock.
+  // D64TwoPerSmGrid): other calls skip the device lookup's lock.
   const int64_t sms = tile.kind == TileKind::kDecode && p.head_dim == 64
                           ? WorkersPerDevice(tile.kind, p.head_dim, p.kv_storage.fp8_e4m3, kPagedOp).sm_count
                           : 0;
