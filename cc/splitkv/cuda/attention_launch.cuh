@@ -96,10 +96,26 @@ using BulkDecodeInstance = KernelLaunch<BulkDecodeKernel<T, Shape, KvSourceT>, S
 // SM (docs/perf_log.md 2026-12-04, session 33).
 inline bool D64TwoPerSmGrid(const AttentionKernelParams& params, int64_t num_tiles, int64_t sm_count) {
   const int64_t ctas = num_tiles * params.num_splits;
-  return sm_count > 0 && ctas > 3 * sm_count && ctas <= 4 * sm_count;
+  return sm_count > 0 && ctas > WgmmaOrderDecodeShape<64, true>::kMinBlocks * sm_count &&
+         ctas <= kD64TwoPerSmGridMaxCtasPerSm * sm_count;
 }
 using WgmmaOrderTwoPerSmD64Shape = WgmmaOrderDecodeShape<64, true, 4>;
-static_assert(WgmmaOrderTwoPerSmD64Shape::kMinBlocks == 2);
+static_assert(WgmmaOrderTwoPerSmD64Shape::kMinBlocks == 2 &&
+              kD64TwoPerSmGridMaxCtasPerSm == 2 * WgmmaOrderTwoPerSmD64Shape::kMinBlocks);
+
+// The wgmma-order tiles by tensor copies: at head_dim 64 two an SM on D64TwoPerSmGrid's
+// grids, else the three-part ring (three an SM at 64, two at 128). Batch-invariant calls and
+// head_dim 64's default route both launch through here.
+template <typename T, int kHeadDim>
+void LaunchWgmmaOrderTma(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
+                         int64_t num_tiles, int64_t sm_count, cudaStream_t stream, const char* op) {
+  if constexpr (kHeadDim == 64) {
+    if (D64TwoPerSmGrid(params, num_tiles, sm_count)) {
+      return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
+    }
+  }
+  BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, true>>::Launch(params, kv, num_tiles, stream, op, maps);
+}
 
 // A split grid of at most one wave of the 2-stage decode CTAs (`split_workers` of them fit
 // the device at once): its CTAs are short, so the 2-stage shapes run it (tile_config.h).
@@ -112,7 +128,7 @@ inline bool OneWaveSplitGrid(const AttentionKernelParams& params, int64_t num_ti
 // reductions of the 64-key shape; both fit 3 CTAs an SM, at 168 registers) except on one-wave
 // split grids, where the 2-stage split shape's short CTAs won, and on grids of more than 2 and
 // at most 3 CTAs an SM, where the 64-key shape won at 2.4 and 2.9 (grids of 3-4 an SM run the
-// two-an-SM shape, D64TwoPerSmGrid, checked first). H200, 32 / 8
+// 128-key tiles at two an SM: LaunchWgmmaOrderTma). H200, 32 / 8
 // heads, page 16, us in one process, 64-key / 128-key shape at the same split count: 32 x
 // 8192 (256 CTAs) 137.4 / 125.0, 32 x 32768 525.2 / 479.5; 40 x 8192 (320) 158.7 / 162.5, 48
 // x 4096 (384) 97.4 / 98.1, 48 x 16384 368.0 / 372.0; 64 x 4096 at 2 splits (1024) 140.2 /
@@ -190,27 +206,15 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
       if constexpr (kHeadDim <= 128) {
         if (params.invariant_split_keys > 0) {  // backend_cuda.cu WgmmaOrderFamily
           if (maps.box_rows > 0) {
-            if constexpr (kHeadDim == 64) {
-              if (D64TwoPerSmGrid(params, num_tiles, sm_count)) {
-                return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op,
-                                                                                maps);
-              }
-            }
-            return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, true>>::Launch(params, kv, num_tiles, stream,
-                                                                                      op, maps);
+            return LaunchWgmmaOrderTma<T, kHeadDim>(params, kv, maps, num_tiles, sm_count, stream, op);
           }
           return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, false>>::Launch(params, kv, num_tiles, stream,
                                                                                      op, maps);
         }
       }
       if constexpr (kHeadDim == 64) {
-        if (maps.box_rows > 0 && !OneWaveSplitGrid(params, num_tiles, split_workers) &&
-            D64TwoPerSmGrid(params, num_tiles, sm_count)) {
-          return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
-        }
         if (maps.box_rows > 0 && D64WideBlocks(params, num_tiles, split_workers, sm_count)) {
-          return BulkDecodeInstance<T, WgmmaOrderDecodeShape<64, true>>::Launch(params, kv, num_tiles, stream, op,
-                                                                              maps);
+          return LaunchWgmmaOrderTma<T, 64>(params, kv, maps, num_tiles, sm_count, stream, op);
         }
       }
       if constexpr (kHeadDim % 64 == 0) {

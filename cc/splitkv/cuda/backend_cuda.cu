@@ -251,7 +251,7 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
     if (head_dim == 64 && !kv_fp8) {
       traits.tail_split_workers = traits.num_workers;
       // Its grids of 3-4 CTAs an SM run at two an SM (attention_launch.cuh D64TwoPerSmGrid).
-      traits.tail_keep_tiles = 4 * int64_t{workers.sm_count};
+      traits.tail_keep_tiles = kD64TwoPerSmGridMaxCtasPerSm * workers.sm_count;
     }
     // head_dim 128's one-split grids of 3.5 to 11 waves of long tiles: split to about 11
     // (measured on 16-bit K/V; not at the other head_dims: split_plan.h).

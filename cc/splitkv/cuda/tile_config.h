@@ -97,6 +97,10 @@ constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
 constexpr bool BulkDecodeKvRing(int head_dim) { return head_dim >= 256; }
 inline constexpr int kBulkDecodeRingStages = 3;
 inline constexpr int kBulkDecodeRingCtasPerSm = 2;  // the ring's CTAs an SM (attention_launch.cuh asserts it)
+// Head_dim 64's decode grids of more than 3 and at most this many CTAs an SM run the
+// wgmma-order tiles at two an SM: two full waves of them (attention_launch.cuh
+// D64TwoPerSmGrid; the planner keeps those grids unsplit, backend_cuda.cu tail_keep_tiles).
+inline constexpr int64_t kD64TwoPerSmGridMaxCtasPerSm = 4;
 // Most splits of one decode tile on the GPU. At 3 CTAs an SM the planner would cut 1 x 32k
 // into 47 splits (704 keys each): 6 % slower than 31 on the H200, each CTA's fixed cost
 // outweighing the parallelism. (A key floor instead, 1024, cost 8 x 2048 38 %: 2 splits, one
