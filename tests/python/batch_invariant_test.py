@@ -255,7 +255,8 @@ def test_decode_grid_of_three_to_four_ctas_an_sm_cuda():
     """L1 across head_dim 64's two invariant decode shapes (cuda/attention_launch.cuh
     D64TwoPerSmGrid): a batch whose grid holds more than 3 and at most 4 CTAs an SM runs
     the two-an-SM shape, each of its requests alone the three-an-SM one. Every request's out
-    and lse bits agree, and the batch matches the float64 reference."""
+    and lse bits agree, the batch matches the float64 reference, and the batch replayed from
+    a CUDA graph gives the eager bits."""
     harness.require("cuda", torch.bfloat16, 64)
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     # 4 splits a request (3 x 2048 + 1 .. + 299 keys) x 2 kv heads: 8 CTAs a request.
@@ -274,6 +275,21 @@ def test_decode_grid_of_three_to_four_ctas_an_sm_cuda():
                                         batch_invariant=True)
         assert_same(alone, (whole[0][i:i + 1], whole[1][i:i + 1]))
     harness.assert_counter_region_zero(workspace)
+    # L5 on the two-an-SM shape: the batch replayed from a CUDA graph (the torch op) gives
+    # the eager bits, twice over (the counters the first replay left must be zero).
+    args = (problem.q, problem.kv_cache, problem.block_tables, problem.seq_lens, workspace)
+    out = torch.full_like(problem.q, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = splitkv.ops.paged_attention(*args, out=out, return_lse=True, batch_invariant=True,
+                                               kv_layout=problem.kv_layout)
+    for _ in range(2):
+        out.fill_(float("nan"))
+        captured[1].fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_same(captured, whole)
+        harness.assert_counter_region_zero(workspace)
 
 
 @pytest.mark.parametrize("device", DEVICES)
