@@ -30,7 +30,8 @@ class DecodeCase:
     section = "decode"
 
     def label(self):
-        return f"{self.batch} x {self.kv_len} d{self.head_dim}"
+        group = self.num_qo_heads // self.num_kv_heads
+        return f"{self.batch} x {self.kv_len} d{self.head_dim}" + (f" g{group}" if group != 4 else "")
 
     def seq_lens(self):
         return (self.kv_len,) * self.batch
@@ -136,6 +137,15 @@ def _full(trace):
     return cases
 
 
+def _gqa8(trace):
+    """Group 8 decode, page 16: 64 qo / 8 kv heads (Llama-3-70B at head_dim 128, gpt-oss at 64),
+    whose split tiles' partials (32 splits x 8 rows) outgrow the decode kernel's shared memory
+    in one piece (split_merge.cuh merges them in row chunks)."""
+    return [DecodeCase(b, n, head_dim, num_qo_heads=64)
+            for head_dim in (128, 64)
+            for b, n in ((1, 8192), (1, 32768), (1, 131072), (4, 16384), (8, 8192), (16, 4096), (64, 4096))]
+
+
 def _cpu(trace):
     """The 2-core CPU backend beside torch's CPU SDPA (BUILD_NOTES' figures)."""
     return [
@@ -159,7 +169,7 @@ def _tiny(trace):
     ]
 
 
-PRESETS = {"quick": _quick, "full": _full, "cpu": _cpu, "tiny": _tiny}
+PRESETS = {"quick": _quick, "full": _full, "gqa8": _gqa8, "cpu": _cpu, "tiny": _tiny}
 
 
 def preset_cases(name, device_type, trace):
