@@ -9,8 +9,21 @@
 # into /tmp/site (the system site-packages is left alone); PYTHONPATH gains /tmp/site, and
 # FLASHINFER_WORKSPACE_BASE points FlashInfer's cache at a writable /tmp/fiws. Where the wheels
 # come from and which a run needs: tools/gpu/README.md ("Serving peers").
+#
+# WHEEL_DIR may instead be a .tar.xz from tools/gpu/pack_peers.sh (the wheels unzipped and
+# xz-compressed: FlashInfer's 31 MB of wheels in 16 MB, so they fit a call's 64 MiB carry
+# beside a package); its wheels are zipped again here (pip checks each file against the
+# wheel's RECORD, not the archive's bytes).
 peers_dir="${1:-${SPLITKV_PEERS_DIR:-.peers}}"
 site="${SPLITKV_PEERS_SITE:-/tmp/site}"
+if [[ -f "${peers_dir}" && "${peers_dir}" == *.tar.xz ]]; then
+  unpacked="$(mktemp -d /tmp/peers.XXXXXX)"
+  tar xJf "${peers_dir}" -C "${unpacked}"
+  for tree in "${unpacked}"/*.whl.d; do
+    (cd "${tree}" && python3 -m zipfile -c "${unpacked}/$(basename "${tree}" .d)" $(ls -A))
+  done
+  peers_dir="${unpacked}"
+fi
 shopt -s nullglob
 wheels=("${peers_dir}"/*.whl)
 shopt -u nullglob
