@@ -144,6 +144,35 @@ def test_d64_decode_grid_shapes_match_reference(ctas_per_sm, page_size):
     harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=1)
 
 
+# A split tile's merge from shared memory in chunks of rows (split_merge.cuh MergeFromShared):
+# 32 splits of 8, 16 or 4 rows whose partials outgrow the decode kernel's shared memory (head_dim
+# 128 at group 8 and 2 tokens x 8, 256 at group 4, 64 at group 16), 13 splits (fewer chunks),
+# sinks, and an invariant call (30 splits: its fold takes the register path where the tile does
+# not fit in one piece); NaN-poisoned output and workspace scratch, against the float64 reference.
+@pytest.mark.parametrize("head_dim,group,q_len,options", [
+    (128, 8, 1, dict(num_splits=32)),
+    (128, 8, 1, dict(num_splits=13, sinks=True)),
+    (128, 8, 2, dict(num_splits=32)),
+    (256, 4, 1, dict(num_splits=32)),
+    (64, 16, 1, dict(num_splits=32, sinks=True)),
+    (128, 8, 1, dict(batch_invariant=True)),
+])
+def test_decode_merge_in_row_chunks_matches_reference(head_dim, group, q_len, options):
+    lengths = [60000, 9000, 1] if options.get("batch_invariant") else [4000, 2100, 1]
+    problem = harness.make_paged(lengths, page_size=16, group=group, head_dim=head_dim, dtype=torch.bfloat16,
+                                 device="cuda", q_lens=[q_len] * len(lengths) if q_len > 1 else None,
+                                 seed=head_dim + group + q_len)
+    run = dict(num_splits=options["num_splits"]) if "num_splits" in options else {}
+    attention = {k: v for k, v in options.items() if k not in ("num_splits", "sinks")}
+    if options.get("sinks"):
+        attention["sinks"] = torch.linspace(-3, 3, 2 * group, device="cuda")
+    if q_len > 1:
+        run["max_q_len"] = q_len
+    workspace = harness.shared_workspace("cuda")
+    harness.fill_garbage(workspace)
+    harness.run_and_check(problem, workspace, attention, poison_out=True, **run)
+
+
 _RAGGED_CASES = harness.pairwise({
     "dtype": [torch.float16, torch.bfloat16],
     "head_dim": [64, 128, 256],

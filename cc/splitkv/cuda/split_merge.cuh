@@ -335,12 +335,86 @@ __device__ __forceinline__ float FoldElement(float merged, float wa, float wb, f
 // partial), else 1 / sum_exp.
 __device__ __forceinline__ float FoldScale(const SplitFold& f) { return f.n <= 1 ? 1.0f : 1.0f / f.l; }
 
-// Whether MergeFromShared can merge this tile: at most 32 splits whose partial rows fit in
-// `scratch_bytes` of shared memory.
+// Whether MergeFromShared can merge this tile: at most 32 splits, and one row's partials (every
+// split of it) fit in `scratch_bytes` of shared memory; for the batch-invariant fold, the whole
+// tile's. The register path's fold fetches a batch of rows with their stats in one round trip,
+// and chunks of rows, one copy after another, lost to it: H200, 1 x 65536 at group 8 (32
+// splits, 2 chunks) +3.3 % (docs/perf_log.md 2026-12-04 session 34).
 template <int kHeadDim>
 __device__ __forceinline__ bool FitsSharedMerge(const AttentionKernelParams& p, int32_t tile_rows,
                                                 int32_t scratch_bytes) {
-  return p.num_splits <= 32 && int64_t{p.num_splits} * tile_rows * kHeadDim * 4 <= scratch_bytes;
+  const int64_t rows = p.invariant_split_keys > 0 ? tile_rows : 1;
+  return p.num_splits <= 32 && int64_t{p.num_splits} * rows * kHeadDim * 4 <= scratch_bytes;
+}
+
+// One row of MergeFromShared: its splits' partials at `rows` ([split][kHeadDim] floats, in
+// shared memory once `bar` completes phase `phase`), merged into its output and LSE.
+template <typename T, int kHeadDim>
+__device__ __forceinline__ void MergeSharedRow(const AttentionKernelParams& p, RowTarget at, const float* rows,
+                                               uint64_t* bar, uint32_t phase) {
+  constexpr int kElems = kHeadDim / 32;
+  const int lane = threadIdx.x % 32;
+  const int num_splits = p.num_splits;
+  const auto* stats = reinterpret_cast<const float2*>(p.stats);
+  const float2 st = lane < num_splits
+                        ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
+                        : make_float2(SPLITKV_NEG_INF, 0.0f);
+  if (p.invariant_split_keys > 0) {  // batch-invariant: the fold (SplitFold), factors side by side
+    SplitFold f;
+    const FoldFactors lane_ff = WarpFoldFactors(f, st, lane);  // num_splits <= 32 (FitsSharedMerge)
+    const uint32_t live = __ballot_sync(0xffffffffu, st.y > 0.0f);  // lanes past num_splits hold sum 0
+    float merged[kElems] = {};
+    MbarrierWait(bar, phase);
+    // As the weighted merge below: four splits' rows are fetched before they are folded.
+    for (int s0 = 0; s0 < num_splits; s0 += 4) {
+      float part[4][kElems];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        LoadFloats<kElems, false>(part[u], rows + min(s0 + u, num_splits - 1) * kHeadDim + lane * kElems);
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const FoldFactors ff = ShuffleFactors(lane_ff, (s0 + u) & 31);
+        if (!((live >> (s0 + u)) & 1u)) continue;  // past num_splits (s0 + u <= 31), or empty
+        float wa, wb;
+        const bool first = FoldSplitWith(f, ff, wa, wb);
+#pragma unroll
+        for (int e = 0; e < kElems; ++e) merged[e] = FoldElement(merged[e], wa, wb, part[u][e], first);
+      }
+    }
+    const float scale = FoldScale(f);
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) merged[e] *= scale;
+    StoreMergedRow<T, kElems>(p, at, merged, f.m, f.l);
+    return;
+  }
+  const float global_max = WarpMax(st.y > 0.0f ? st.x : SPLITKV_NEG_INF);
+  const float weight = SplitWeight(st, global_max);
+  const float total = WarpSum(weight);
+  const float share = MergeShare(weight, total);
+  MbarrierWait(bar, phase);
+  // -0 + x == x for every x (+0 + -0 would be +0): one split's -0 elements stay -0.
+  float merged[kElems];
+#pragma unroll
+  for (int e = 0; e < kElems; ++e) merged[e] = -0.0f;
+  // Four splits' weights and rows are fetched before their sums, so the shuffle and
+  // shared-load latencies overlap (one at a time: 0.9 us for 31 splits on the H200, 0.65
+  // this way). An empty split (weight 0) contributes nothing, as in the register path.
+  for (int s0 = 0; s0 < num_splits; s0 += 4) {
+    float w[4], part[4][kElems];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      w[u] = __shfl_sync(0xffffffffu, share, (s0 + u) & 31);
+      LoadFloats<kElems, false>(part[u], rows + min(s0 + u, num_splits - 1) * kHeadDim + lane * kElems);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (s0 + u >= num_splits || w[u] == 0.0f) continue;
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) merged[e] = MergeAdd(merged[e], w[u], part[u][e]);
+    }
+  }
+  StoreMergedRow<T, kElems>(p, at, merged, global_max, total);
 }
 
 // Step 3's sums from shared memory (sm_90): the copy engine brings the tile's partial rows
@@ -348,88 +422,49 @@ __device__ __forceinline__ bool FitsSharedMerge(const AttentionKernelParams& p, 
 // The split index runs fastest in the workspace (PartialIndex), so a query token's group of
 // rows, every split of each, is one contiguous run: one bulk copy per token, landing as
 // [row][split][kHeadDim] floats. On the H200 the last CTA's register loads of 31 partials
-// took 2.6 us (1 x 32k), one copy per split 1.1 us to issue, one per token 0.3. The sums are
+// took 2.6 us (1 x 32k), one copy per split 1.1 us to issue, one per token 0.3. Rows that do
+// not all fit (32 splits of a group of 8 at head_dim 128: 128 KiB) come in chunks of as many
+// rows as fit, one after another on the barrier's next phase, where they took the register
+// path: H200, 1 x 32768 at group 8 41.9 -> 39.4 us, group 16 48.8 -> 44.0, fp8 group 8 28.1
+// -> 25.9 (the invariant fold keeps the register path there: FitsSharedMerge). The sums are
 // the same, in the same order, so the result is bitwise that of the register path. Needs
 // FitsSharedMerge; thread 0 has set up `bar` and fenced the proxies.
 template <typename T, int kHeadDim>
 __device__ void MergeFromShared(const AttentionKernelParams& p, int32_t kv_head, int32_t token_begin,
-                                int32_t tile_rows, float* scratch, uint64_t* bar) {
-  constexpr int kElems = kHeadDim / 32;
+                                int32_t tile_rows, float* scratch, int32_t scratch_bytes, uint64_t* bar) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int num_splits = p.num_splits, group = p.group_size, num_tokens = tile_rows / group;
-  if (warp == 0) {
-    const uint32_t run_bytes = static_cast<uint32_t>(group * num_splits) * kHeadDim * 4;
-    if (lane == 0) MbarrierArriveExpectTx(bar, static_cast<uint32_t>(num_tokens) * run_bytes);
-    __syncwarp();
-    for (int t = lane; t < num_tokens; t += 32) {
-      const int64_t index = PartialIndex(p.layout_shape, num_splits, 0, token_begin + t, kv_head * group);
-      BulkCopyToShared(scratch + t * group * num_splits * kHeadDim, p.partials + index * kHeadDim, run_bytes, bar);
+  const int num_splits = p.num_splits, group = p.group_size;
+  const int row_floats = num_splits * kHeadDim;
+  // As many rows as fit (>= 1: FitsSharedMerge), whole rounds of the warps' rows where there
+  // are several chunks: a warp folds its rows one after another, so 6 + 2 rows would give two
+  // warps 3 where the register path gives each 2.
+  const int fit = scratch_bytes / (row_floats * 4);
+  constexpr int kWarps = kThreads / 32;
+  const int chunk_rows = fit >= tile_rows ? tile_rows : fit >= kWarps ? fit / kWarps * kWarps : fit;
+  for (int r0 = 0, phase = 0; r0 < tile_rows; r0 += chunk_rows, phase ^= 1) {
+    const int r1 = min(tile_rows, r0 + chunk_rows);
+    if (r0 > 0) {
+      // Every warp has read the last chunk (warp 0, which has a row in each, waited for its
+      // copies) before the copy engine overwrites it.
+      FenceProxyAsyncShared();
+      __syncthreads();
     }
-  }
-  const auto* stats = reinterpret_cast<const float2*>(p.stats);
-  for (int row = warp; row < tile_rows; row += kThreads / 32) {
-    const RowTarget at = TileRowTarget(p, token_begin, kv_head, row);
-    const float2 st = lane < num_splits
-                          ? __ldcg(stats + PartialIndex(p.layout_shape, num_splits, lane, at.token, at.head))
-                          : make_float2(SPLITKV_NEG_INF, 0.0f);
-    if (p.invariant_split_keys > 0) {  // batch-invariant: the fold (SplitFold), factors side by side
-      SplitFold f;
-      const FoldFactors lane_ff = WarpFoldFactors(f, st, lane);  // num_splits <= 32 (FitsSharedMerge)
-      const uint32_t live = __ballot_sync(0xffffffffu, st.y > 0.0f);  // lanes past num_splits hold sum 0
-      float merged[kElems] = {};
-      MbarrierWait(bar, 0);
-      // As the weighted merge below: four splits' rows are fetched before they are folded.
-      for (int s0 = 0; s0 < num_splits; s0 += 4) {
-        float part[4][kElems];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          LoadFloats<kElems, false>(part[u], scratch + (row * num_splits + min(s0 + u, num_splits - 1)) * kHeadDim +
-                                                 lane * kElems);
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const FoldFactors ff = ShuffleFactors(lane_ff, (s0 + u) & 31);
-          if (!((live >> (s0 + u)) & 1u)) continue;  // past num_splits (s0 + u <= 31), or empty
-          float wa, wb;
-          const bool first = FoldSplitWith(f, ff, wa, wb);
-#pragma unroll
-          for (int e = 0; e < kElems; ++e) merged[e] = FoldElement(merged[e], wa, wb, part[u][e], first);
-        }
-      }
-      const float scale = FoldScale(f);
-#pragma unroll
-      for (int e = 0; e < kElems; ++e) merged[e] *= scale;
-      StoreMergedRow<T, kElems>(p, at, merged, f.m, f.l);
-      continue;
-    }
-    const float global_max = WarpMax(st.y > 0.0f ? st.x : SPLITKV_NEG_INF);
-    const float weight = SplitWeight(st, global_max);
-    const float total = WarpSum(weight);
-    const float share = MergeShare(weight, total);
-    MbarrierWait(bar, 0);
-    // -0 + x == x for every x (+0 + -0 would be +0): one split's -0 elements stay -0.
-    float merged[kElems];
-#pragma unroll
-    for (int e = 0; e < kElems; ++e) merged[e] = -0.0f;
-    // Four splits' weights and rows are fetched before their sums, so the shuffle and
-    // shared-load latencies overlap (one at a time: 0.9 us for 31 splits on the H200, 0.65
-    // this way). An empty split (weight 0) contributes nothing, as in the register path.
-    for (int s0 = 0; s0 < num_splits; s0 += 4) {
-      float w[4], part[4][kElems];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        w[u] = __shfl_sync(0xffffffffu, share, (s0 + u) & 31);
-        LoadFloats<kElems, false>(part[u], scratch + (row * num_splits + min(s0 + u, num_splits - 1)) * kHeadDim +
-                                               lane * kElems);
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        if (s0 + u >= num_splits || w[u] == 0.0f) continue;
-#pragma unroll
-        for (int e = 0; e < kElems; ++e) merged[e] = MergeAdd(merged[e], w[u], part[u][e]);
+    if (warp == 0) {
+      if (lane == 0) MbarrierArriveExpectTx(bar, static_cast<uint32_t>((r1 - r0) * row_floats) * 4);
+      __syncwarp();
+      // One copy per token's rows in [r0, r1): consecutive qo heads of a token are adjacent.
+      for (int t = r0 / group + lane; t * group < r1; t += 32) {
+        const int a = max(r0, t * group), b = min(r1, (t + 1) * group);
+        const int64_t index =
+            PartialIndex(p.layout_shape, num_splits, 0, token_begin + t, kv_head * group + a - t * group);
+        BulkCopyToShared(scratch + (a - r0) * row_floats, p.partials + index * kHeadDim,
+                         static_cast<uint32_t>((b - a) * row_floats) * 4, bar);
       }
     }
-    StoreMergedRow<T, kElems>(p, at, merged, global_max, total);
+    for (int row = r0 + warp; row < r1; row += kWarps) {
+      MergeSharedRow<T, kHeadDim>(p, TileRowTarget(p, token_begin, kv_head, row), scratch + (row - r0) * row_floats,
+                                  bar, phase);
+    }
   }
 }
 
@@ -481,7 +516,7 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
   __syncthreads();
   if (!last_arrival) return;
   if (shared_merge) {
-    MergeFromShared<T, kHeadDim>(p, kv_head, token_begin, tile_rows, scratch, &merge_full);
+    MergeFromShared<T, kHeadDim>(p, kv_head, token_begin, tile_rows, scratch, scratch_bytes, &merge_full);
     return;
   }
 
