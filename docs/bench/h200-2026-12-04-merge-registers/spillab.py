@@ -1,5 +1,5 @@
 """Paged decode graph times per shape, for A/B across packages (one process a package).
-Shape: HD:BATCHxLEN[:g8][:fp8][:inv]  (32 qo / 8 kv heads; g8: 64 qo heads; page 16, HND)."""
+Shape: HD:BATCHxLEN[:g8][:fp8][:inv]  (32 qo / 8 kv heads; gN: 8 x N qo heads; page 16, HND)."""
 import sys
 import torch
 import splitkv
@@ -14,9 +14,12 @@ for arg in sys.argv[2:]:
     hd = int(parts[0])
     batch, kv_len = (int(x) for x in parts[1].split("x"))
     flags = set(parts[2:])
-    qo = 64 if "g8" in flags else 32
+    groups = [int(f[1:]) for f in flags if f.startswith("g")]
+    qo = 8 * (groups[0] if groups else 4)
     fp8 = "fp8" in flags
     inv = "inv" in flags
+    forced = [int(f[1:]) for f in flags if f.startswith("s")]
+    scales_ns = dict(num_splits=forced[0]) if forced else {}
     q = inputs.randn((batch, qo, hd), torch.bfloat16, dev, gen)
     k = inputs.fp8_exact(inputs.randn((batch, 8, kv_len, hd), torch.bfloat16, dev, gen))
     v = inputs.fp8_exact(inputs.randn((batch, 8, kv_len, hd), torch.bfloat16, dev, gen))
@@ -29,12 +32,12 @@ for arg in sys.argv[2:]:
 
     def call():
         return splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ws, out=out,
-                                       max_q_len=1, batch_invariant=inv, **scales)
+                                       max_q_len=1, batch_invariant=inv, **scales, **scales_ns)
     call()
     torch.cuda.synchronize()
     ts = [timing.time_calls([call], dev, 3, 20)[0] for _ in range(3)]
     plan = splitkv.plan_paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, ws, max_q_len=1,
-                                        batch_invariant=inv, **scales)
+                                        batch_invariant=inv, **scales, **scales_ns)
     call()
     torch.cuda.synchronize()
     bits = out.view(torch.int16).long().mul(torch.arange(out.numel(), device=dev).view(out.shape) % 7919 + 1).sum().item()
