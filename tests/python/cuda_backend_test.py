@@ -146,7 +146,7 @@ def test_d64_decode_grid_shapes_match_reference(ctas_per_sm, page_size):
 
 # A split tile's merge from shared memory in chunks of rows (split_merge.cuh MergeFromShared):
 # 32 splits of 8, 16 or 4 rows whose partials outgrow the decode kernel's shared memory (head_dim
-# 128 at group 8 and 2 tokens x 8, 256 at group 4, 64 at group 16), 13 splits (fewer chunks),
+# 128 at group 8 and 2 tokens x 8, 256 at group 4, 64 at group 16), 13 splits (one piece),
 # sinks, and an invariant call (30 splits: its fold takes the register path where the tile does
 # not fit in one piece); NaN-poisoned output and workspace scratch, against the float64 reference.
 @pytest.mark.parametrize("head_dim,group,q_len,options", [

@@ -531,8 +531,9 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
   // runs in split order, so outputs stay bitwise repeatable. 16 splits at head_dim 128, not
   // 32: 128 floats a lane in flight made every head_dim 128 kernel that includes this merge
   // spill (ptxas: 255 registers and ~300 bytes of spill stores at 2 CTAs an SM, 672 at 3;
-  // at 16, none but 4 bytes at 3). H200, same bits, us: 1 x 32768 at group 8 (this path)
-  // 42.3 -> 41.3, invariant 1 x 131072 (64 splits) 137.6 -> 133.5, the rest -0.9..+0.1 %.
+  // at 16, none but 4 bytes at 3). H200, same bits, us: 1 x 32768 at group 8 (this path
+  // then; MergeFromShared's row chunks serve it now) 42.3 -> 41.3, invariant 1 x 131072 (64
+  // splits, still this path) 137.6 -> 133.5, the rest -0.9..+0.1 %.
   // Head_dim 256 keeps 16 (8 frees its registers too, but cost 1 x 131072 1.1 %),
   // docs/perf_log.md 2026-12-04 session 34.
   constexpr int kBatch = kElems <= 2 ? 32 : 16;
