@@ -161,7 +161,8 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
 // float16 in registers (decode_kernel.cuh Fp8Frags). Split grids of at most one wave of
 // 2-stage CTAs at head_dim 128 whose tiles hold at most 8 query rows (a decode step at a group
 // of up to 8) run keys as the mma's rows at 2 stages (3 fit an SM: 168 registers, 32 bytes
-// of spill); every other grid the query rows as the mma's rows at 3 stages. H200, fp8 us, one
+// of spill); every other grid the query rows as the mma's rows at 3 stages (at head_dim 64
+// tiles of at most 8 rows run keys as rows on every grid: Fp8KeyRowsD64Shape). H200, fp8 us, one
 // call each (docs/perf_log.md 2026-12-02): keys as rows at 3 -> 2 stages 1 x 32768 25.6 ->
 // 24.7, 4 x 8192 25.3 -> 24.3, 16 x 4096 41.3 -> 39.2, 16 x 8192 73.6 -> 69.5, 1 x 131072
 // 73.8 -> 70.3 (query rows, 3 stages: 26.5, 26.1, 40.8, 70.5, 71.3); unsplit 64 x 4096 query
@@ -170,13 +171,29 @@ template <int kHeadDim, bool kKeyRows, int kStages = Fp8BulkDecodeStages(kHeadDi
 using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim), kStages,
                                            true, false, true, kKeyRows>;
 using Fp8KeyRowsSplitShape = Fp8BulkDecodeShape<128, true, 2>;
+// Head_dim 64, tiles of at most 8 rows (tile_config.h kFp8D64KeyRowsCtasPerSm): keys as rows
+// at 2 stages, four CTAs an SM, or 256-key blocks on grids of at most 2 CTAs an SM.
+using Fp8KeyRowsD64Shape = BulkDecodeShape<64, Fp8DecodeBlockKeys(64), 2, true, false, true, true, false,
+                                           kFp8D64KeyRowsCtasPerSm>;
+using Fp8KeyRowsD64WideShape = BulkDecodeShape<64, kFp8D64WideBlockKeys, 2, true, false, true, true>;
+static_assert(Fp8KeyRowsD64Shape::kMinBlocks == kFp8D64KeyRowsCtasPerSm && Fp8KeyRowsD64WideShape::kMinBlocks == 3 &&
+              Fp8KeyRowsD64Shape::kKeyRowsMaxRows == kFp8D64KeyRowsMaxRows);
 static_assert(Fp8BulkDecodeShape<128, false>::kMinBlocks == 2 && Fp8BulkDecodeShape<256, false>::kMinBlocks == 2);
 static_assert(Fp8BulkDecodeShape<64, false>::kMinBlocks == 3 && Fp8BulkDecodeShape<64, false>::kRowBytes == 64);
 static_assert(Fp8KeyRowsSplitShape::kMinBlocks == 3);
 
 template <typename T, int kHeadDim>
 void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
-                         int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
+                         int64_t num_tiles, int64_t split_workers, int64_t sm_count, cudaStream_t stream,
+                         const char* op) {
+  if constexpr (kHeadDim == 64) {
+    if (params.max_tile_rows <= kFp8D64KeyRowsMaxRows) {
+      if (num_tiles * params.num_splits <= kFp8D64WideBlocksMaxCtasPerSm * sm_count) {
+        return BulkDecodeInstance<T, Fp8KeyRowsD64WideShape>::Launch(params, kv, num_tiles, stream, op, maps);
+      }
+      return BulkDecodeInstance<T, Fp8KeyRowsD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
+    }
+  }
   if constexpr (kHeadDim == 128) {
     if (params.max_tile_rows <= Fp8KeyRowsSplitShape::kKeyRowsMaxRows &&
         OneWaveSplitGrid(params, num_tiles, split_workers)) {
@@ -194,7 +211,7 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
     if (kind == TileKind::kDecode) {  // the mma.sync kernel, which dequantises as it loads
       if constexpr (kHeadDim % 64 == 0) {
         if (maps.box_rows > 0 && DeviceRunsSm90a(op)) {
-          return LaunchFp8BulkDecode<T, kHeadDim>(params, kv, maps, num_tiles, split_workers, stream, op);
+          return LaunchFp8BulkDecode<T, kHeadDim>(params, kv, maps, num_tiles, split_workers, sm_count, stream, op);
         }
       }
       return KernelInstance<T, DecodeShape<kHeadDim>, PagedFp8KvSource>::Launch(params, kv, num_tiles, stream, op);
@@ -289,9 +306,10 @@ int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op) {
     // Resident workers: the kernel a split grid of an aligned cache runs (strided caches,
     // rare, run the cp.async kernel with these workers). The launch runs 2 stages for split
     // grids of at most these; the planner fills fewer (Traits, DecodeFillCtasPerSm). An fp8
-    // cache at head_dim 64 runs one shape whatever the grid (118 registers: 4 an SM, where
-    // the 16-bit split shape's 135 fit 3); at 128 its split grids run keys as rows, 3 an SM
-    // like the 16-bit split shape, and 256 is left on the 16-bit count (not measured).
+    // cache at head_dim 64: its query-rows shape's 3 an SM (168 registers), which tiles of
+    // more than 8 rows run (smaller tiles run 4 an SM: Traits reads kFp8D64KeyRowsCtasPerSm
+    // for them). At 128 its split grids run keys as rows, 3 an SM like the 16-bit split shape,
+    // and 256 is left on the 16-bit count (not measured).
     if (DeviceRunsSm90a(op)) {
       if constexpr (kHeadDim == 64) {
         if (kv_fp8) return BulkDecodeInstance<__nv_bfloat16, Fp8BulkDecodeShape<64, false>>::ResidentCtasPerSm(op);

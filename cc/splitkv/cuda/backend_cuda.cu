@@ -125,7 +125,7 @@ AttentionKernelParams CommonParams(const Params& p, const SplitPlan& plan, int64
   k.num_kv_heads = static_cast<int32_t>(p.num_kv_heads);
   k.group_size = static_cast<int32_t>(p.num_qo_heads / p.num_kv_heads);
   k.q_tile_tokens = static_cast<int32_t>(q_tile_tokens);
-  k.max_tile_rows = static_cast<int32_t>(k.group_size * std::min(q_tile_tokens, std::max<int64_t>(max_q_len, 1)));
+  k.max_tile_rows = static_cast<int32_t>(MaxTileRows(k.group_size, q_tile_tokens, max_q_len));
   k.max_q_tiles = static_cast<int32_t>(plan.max_q_tiles);
   k.num_splits = static_cast<int32_t>(plan.num_splits);
   k.invariant_split_keys = static_cast<int32_t>(plan.invariant_split_keys);
@@ -232,7 +232,13 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   const TileChoice tile = TileFor(batch_invariant, group_size, max_q_len, kv_fp8, "splitkv");
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
-  const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, kv_fp8, "splitkv");
+  DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, kv_fp8, "splitkv");
+  // Head_dim 64's fp8 decode tiles of at most 8 rows run four CTAs an SM (attention_launch.cuh
+  // Fp8KeyRowsD64Shape); the resident count read above is the 16-row tiles' shape's.
+  if (tile.kind == TileKind::kDecode && workers.sm90a && head_dim == 64 && kv_fp8 &&
+      MaxTileRows(group_size, tile.q_tile_tokens, max_q_len) <= kFp8D64KeyRowsMaxRows) {
+    workers.ctas_per_sm = kFp8D64KeyRowsCtasPerSm;
+  }
   traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
   if (tile.kind == TileKind::kDecode && workers.sm90a) {
     traits.fill_workers =

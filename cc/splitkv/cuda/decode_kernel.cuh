@@ -70,8 +70,10 @@ namespace splitkv::cuda {
 // in flight in 3/4 of the memory and fits two CTAs an SM.
 // kKeyRows (fp8 only, tiles of at most 8 rows): the mma's 16-row operand is K (S^T = K Q^T)
 // and V^T (O^T = V^T P^T), the query rows its 8 columns; see the kernel's comment.
+// kCtasPerSm: the CTAs an SM the register budget is sized for; 0 sizes it by shared memory
+// (3 up to 74 KiB, 2 up to 110, else 1).
 template <int kHeadDim_, int kBlockN_, int kStages_, bool kPageTma_, bool kKvRing_ = false, bool kFp8_ = false,
-          bool kKeyRows_ = false, bool kWgmmaOrder_ = false>
+          bool kKeyRows_ = false, bool kWgmmaOrder_ = false, int kCtasPerSm_ = 0>
 struct BulkDecodeShape {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = kBlockN_;
@@ -141,7 +143,9 @@ struct BulkDecodeShape {
       (size_t{kWarpsN} * kRows * kOStride + size_t{kWarpsN} * kRows * 2) * 4 + kAlign;
   static constexpr size_t kSmemBytes = kMainBytes > kEpilogueBytes ? kMainBytes : kEpilogueBytes;
   // CTAs per SM the register budget is sized for (shared memory allows as many on sm_90).
-  static constexpr int kMinBlocks = kSmemBytes <= 74 * 1024 ? 3 : kSmemBytes <= 110 * 1024 ? 2 : 1;
+  static constexpr int kMinBlocks =
+      kCtasPerSm_ > 0 ? kCtasPerSm_ : kSmemBytes <= 74 * 1024 ? 3 : kSmemBytes <= 110 * 1024 ? 2 : 1;
+  static_assert(size_t{kMinBlocks} * kSmemBytes <= 227 * 1024, "kCtasPerSm CTAs fit an SM's shared memory");
 };
 
 // A probability stays below 2^kLazyRescaleLog2 against a stale running max.

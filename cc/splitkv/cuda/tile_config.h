@@ -30,6 +30,12 @@ struct TileChoice {
   int64_t q_tile_tokens;
 };
 
+// Most query rows a tile of q_tile_tokens holds when no request has more than max_q_len.
+constexpr int64_t MaxTileRows(int64_t group_size, int64_t q_tile_tokens, int64_t max_q_len) {
+  const int64_t tokens = max_q_len > 0 ? max_q_len : 1;
+  return group_size * (q_tile_tokens < tokens ? q_tile_tokens : tokens);
+}
+
 constexpr TileChoice ChooseTile(int64_t group_size, int64_t max_q_len) {
   const int64_t q = max_q_len > 0 ? max_q_len : 1;
   if (group_size * q <= kDecodeRows) return {TileKind::kDecode, kDecodeRows / group_size};
@@ -91,6 +97,21 @@ constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // 0.563, 1 x 131072 0.590 / 0.567, 16 x 4096 0.607 / 0.625 (docs/perf_log.md).
 constexpr int Fp8DecodeBlockKeys(int head_dim) { return head_dim >= 256 ? 64 : 128; }
 constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
+// Head_dim 64 over an fp8 cache, tiles of at most 8 query rows (a decode step at a group of up
+// to 8): keys as the mma's rows (half the mma, softmax and conversion work of the query rows'
+// 16-row operand, which such a tile fills at most half), 2 stages, 4 CTAs an SM (128
+// registers) so a grid of 3-4 CTAs an SM runs in one wave; grids of at most 2 CTAs an SM
+// (batch 1-2 at 32 splits) 256-key blocks, 3 an SM, half the blocks' fixed costs (barrier,
+// row reductions) on each CTA's chain. H200, 32 / 8 heads, page 16, fp8 / bf16 time in one
+// process, query rows at 3 stages (before) -> these, planned as below: 64 x 4096 0.888 ->
+// 0.553, 128 x 4096 0.541, 16 x 4096 0.842 -> 0.655, 4 x 16384 0.855 -> 0.662, 1 x 32768
+// 0.933 -> 0.757, 1 x 131072 0.821 -> 0.592 (docs/perf_log.md 2026-12-04, session 35). The
+// planner fills those four (backend_cuda.cu Traits): 16 x 4096 3 -> 4 splits 26.8 -> 25.2
+// us, 8 x 8192 6 -> 8 27.1 -> 25.4, 4 x 16384 12 -> 16 27.3 -> 25.8; 32 x 4096 1 or 2 alike.
+inline constexpr int kFp8D64KeyRowsMaxRows = 8;  // the keys-as-rows mma's n
+inline constexpr int kFp8D64KeyRowsCtasPerSm = 4;
+inline constexpr int kFp8D64WideBlockKeys = 256;
+inline constexpr int64_t kFp8D64WideBlocksMaxCtasPerSm = 2;
 // Tensor copies at head_dim 256 stream K and V as separate parts through 3 buffers of one
 // block's K or V (BulkDecodeShape's ring): 105 KiB, two CTAs an SM, where two whole stages
 // (137 KiB) fit one and each CTA's start and end left its SM without copies in flight.
