@@ -249,14 +249,15 @@ def test_paged_fp8_tile_rows(device, group, q_lens, num_splits):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_requests,group,num_splits", [(2, 4, 3), (2, 8, None), (58, 4, 3), (58, 8, 3),
-                                                           (58, 16, 3)],
-                         ids=["wide_g4", "wide_g8", "four_an_sm_g4", "four_an_sm_g8", "query_rows_g16"])
+                                                           (2, 16, 3), (58, 16, 4)],
+                         ids=["wide_g4", "wide_g8", "four_an_sm_g4", "four_an_sm_g8", "query_rows_g16",
+                              "query_rows_four_an_sm_g16"])
 def test_paged_fp8_d64_decode_shapes(device, num_requests, group, num_splits):
     """Head_dim 64 decode over an fp8 cache on each of its sm_90 shapes (tile_config.h
     kFp8D64KeyRowsCtasPerSm): tiles of at most 8 rows run keys as the mma's rows, 256-key
     blocks on grids of at most 2 CTAs an SM and 128-key blocks four an SM on larger grids
     (58 requests x 2 kv heads x 3 splits = 348 CTAs: past 2 an SM on a 132-SM H200); 16-row
-    tiles the query rows. Lengths cut partial blocks and boxes, a window and sinks mask inside blocks,
+    tiles the query rows, three CTAs an SM up to 3 an SM and four past it (x 4 splits: 464). Lengths cut partial blocks and boxes, a window and sinks mask inside blocks,
     per-head k scales; NaN-poisoned out and scratch, float64 reference."""
     harness.require(device, torch.bfloat16, 64)
     seq_lens = [1 + (97 * i + 13) % 1500 for i in range(num_requests)]

@@ -178,8 +178,15 @@ using Fp8KeyRowsD64Shape = BulkDecodeShape<64, Fp8DecodeBlockKeys(64), 2, true, 
 using Fp8KeyRowsD64WideShape = BulkDecodeShape<64, kFp8D64WideBlockKeys, 2, true, false, true, true>;
 static_assert(Fp8KeyRowsD64Shape::kMinBlocks == kFp8D64KeyRowsCtasPerSm && Fp8KeyRowsD64WideShape::kMinBlocks == 3 &&
               Fp8KeyRowsD64Shape::kKeyRowsMaxRows == kFp8D64KeyRowsMaxRows);
+// Its tiles of more than 8 rows: the query rows at 2 stages, three CTAs an SM on grids of at
+// most three an SM (the planner's count for them: ResidentCtasPerSm), else four an SM
+// (tile_config.h kFp8D64QueryRowsCtasPerSm).
+using Fp8QueryRowsD64Shape = BulkDecodeShape<64, Fp8DecodeBlockKeys(64), 2, true, false, true, false, false,
+                                             kFp8D64QueryRowsCtasPerSm>;
+using Fp8QueryRowsD64SplitShape = Fp8BulkDecodeShape<64, false, 2>;
+static_assert(Fp8QueryRowsD64Shape::kMinBlocks == kFp8D64QueryRowsCtasPerSm &&
+              Fp8QueryRowsD64SplitShape::kMinBlocks == 3 && Fp8QueryRowsD64SplitShape::kRowBytes == 64);
 static_assert(Fp8BulkDecodeShape<128, false>::kMinBlocks == 2 && Fp8BulkDecodeShape<256, false>::kMinBlocks == 2);
-static_assert(Fp8BulkDecodeShape<64, false>::kMinBlocks == 3 && Fp8BulkDecodeShape<64, false>::kRowBytes == 64);
 static_assert(Fp8KeyRowsSplitShape::kMinBlocks == 3);
 
 template <typename T, int kHeadDim>
@@ -187,20 +194,26 @@ void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParam
                          int64_t num_tiles, int64_t split_workers, int64_t sm_count, cudaStream_t stream,
                          const char* op) {
   if constexpr (kHeadDim == 64) {
+    const int64_t ctas = num_tiles * params.num_splits;
     if (params.max_tile_rows <= kFp8D64KeyRowsMaxRows) {
-      if (num_tiles * params.num_splits <= kFp8D64WideBlocksMaxCtasPerSm * sm_count) {
+      if (ctas <= kFp8D64WideBlocksMaxCtasPerSm * sm_count) {
         return BulkDecodeInstance<T, Fp8KeyRowsD64WideShape>::Launch(params, kv, num_tiles, stream, op, maps);
       }
       return BulkDecodeInstance<T, Fp8KeyRowsD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
     }
-  }
-  if constexpr (kHeadDim == 128) {
-    if (params.max_tile_rows <= Fp8KeyRowsSplitShape::kKeyRowsMaxRows &&
-        OneWaveSplitGrid(params, num_tiles, split_workers)) {
-      return BulkDecodeInstance<T, Fp8KeyRowsSplitShape>::Launch(params, kv, num_tiles, stream, op, maps);
+    if (ctas <= Fp8QueryRowsD64SplitShape::kMinBlocks * sm_count) {
+      return BulkDecodeInstance<T, Fp8QueryRowsD64SplitShape>::Launch(params, kv, num_tiles, stream, op, maps);
     }
+    return BulkDecodeInstance<T, Fp8QueryRowsD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
+  } else {
+    if constexpr (kHeadDim == 128) {
+      if (params.max_tile_rows <= Fp8KeyRowsSplitShape::kKeyRowsMaxRows &&
+          OneWaveSplitGrid(params, num_tiles, split_workers)) {
+        return BulkDecodeInstance<T, Fp8KeyRowsSplitShape>::Launch(params, kv, num_tiles, stream, op, maps);
+      }
+    }
+    BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, false>>::Launch(params, kv, num_tiles, stream, op, maps);
   }
-  BulkDecodeInstance<T, Fp8BulkDecodeShape<kHeadDim, false>>::Launch(params, kv, num_tiles, stream, op, maps);
 }
 
 template <typename T, int kHeadDim>
@@ -306,13 +319,12 @@ int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op) {
     // Resident workers: the kernel a split grid of an aligned cache runs (strided caches,
     // rare, run the cp.async kernel with these workers). The launch runs 2 stages for split
     // grids of at most these; the planner fills fewer (Traits, DecodeFillCtasPerSm). An fp8
-    // cache at head_dim 64: its query-rows shape's 3 an SM (168 registers), which tiles of
-    // more than 8 rows run (smaller tiles run 4 an SM: Traits reads kFp8D64KeyRowsCtasPerSm
-    // for them). At 128 its split grids run keys as rows, 3 an SM like the 16-bit split shape,
+    // cache at head_dim 64: its 16-row tiles' split shape's 3 an SM (168 registers; smaller
+    // tiles run 4 an SM: Traits reads kFp8D64KeyRowsCtasPerSm for them). At 128 its split grids run keys as rows, 3 an SM like the 16-bit split shape,
     // and 256 is left on the 16-bit count (not measured).
     if (DeviceRunsSm90a(op)) {
       if constexpr (kHeadDim == 64) {
-        if (kv_fp8) return BulkDecodeInstance<__nv_bfloat16, Fp8BulkDecodeShape<64, false>>::ResidentCtasPerSm(op);
+        if (kv_fp8) return BulkDecodeInstance<__nv_bfloat16, Fp8QueryRowsD64SplitShape>::ResidentCtasPerSm(op);
       }
       return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim, false>>::ResidentCtasPerSm(op);
     }

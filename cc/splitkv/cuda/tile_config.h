@@ -89,8 +89,8 @@ constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // The bulk decode kernel over an fp8 cache takes 128-key blocks at head_dim 64 and 128 (a
 // 64-key fp8 block is half a 16-bit block's bytes for the same per-block work: barrier,
 // copies, softmax reductions); a stage of them holds a 16-bit 64-key stage's bytes. 3 stages
-// (d128: 2 CTAs an SM, where the planner fills 2 as for 16-bit caches; d64: 3 an SM), but
-// for the keys-as-rows split grids at head_dim 128 (2 stages: attention_launch.cuh); 64-key
+// at head_dim 128 (2 CTAs an SM, where the planner fills 2 as for 16-bit caches), but for its
+// keys-as-rows split grids (2 stages: attention_launch.cuh); head_dim 64 below; 64-key
 // blocks at 256 (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too few registers for a
 // 256-column accumulator). H200, fp8 / bf16 time, d128: 2 stages and 3 CTAs an SM for split
 // grids (filled, up to 64 splits) against this: 1 x 32768 0.823 / 0.721, 16 x 8192 0.582 /
@@ -108,6 +108,13 @@ constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
 // 0.933 -> 0.757, 1 x 131072 0.821 -> 0.592 (docs/perf_log.md 2026-12-04, session 35). The
 // planner fills those four (backend_cuda.cu Traits): 16 x 4096 3 -> 4 splits 26.8 -> 25.2
 // us, 8 x 8192 6 -> 8 27.1 -> 25.4, 4 x 16384 12 -> 16 27.3 -> 25.8; 32 x 4096 1 or 2 alike.
+// Its tiles of 9-16 rows (group 16, or a few speculative tokens) keep the query rows as the
+// mma's rows, at 2 stages: three CTAs an SM on grids of at most three an SM (the planner's
+// count), four an SM on larger ones. H200, group 16, fp8 / bf16 time in one process, 3 stages
+// (before) -> these: 64 x 4096 0.892 -> 0.662, 128 x 4096 0.760 -> 0.660, 16 x 4096 0.867 ->
+// 0.830, 4 x 16384 0.873 -> 0.845, 1 x 32768 0.950 -> 0.917 (four an SM on those split grids:
+// 0.844, 0.856, 0.926; docs/perf_log.md 2026-12-04, session 35).
+inline constexpr int kFp8D64QueryRowsCtasPerSm = 4;
 inline constexpr int kFp8D64KeyRowsMaxRows = 8;  // the keys-as-rows mma's n
 inline constexpr int kFp8D64KeyRowsCtasPerSm = 4;
 inline constexpr int kFp8D64WideBlockKeys = 256;
