@@ -229,9 +229,11 @@ def test_paged_fp8_tile_rows(device, group, q_lens, num_splits):
     causal rows of one tile see different keys, planned and forced splits, against float64
     on the dequantised K/V. On sm_90 tiles of at most 8 rows at head_dim 128 in a split grid
     (forced, or planned: 9 splits here) run keys as the mma's rows, the rest the query rows
-    (d128 tiles of at most 8 rows unsplit: test_paged_fp8_decode_long)."""
-    # head_dim 64 at pages of 64: two page boxes a 128-key fp8 block (test_paged_fp8_decode_long
-    # has its pages of 16).
+    (d128 tiles of at most 8 rows unsplit: test_paged_fp8_decode_long); at head_dim 64 tiles
+    of at most 8 rows keys as rows on every grid (here 256-key blocks), 16-row tiles the
+    query rows (test_paged_fp8_d64_decode_shapes)."""
+    # head_dim 64 at pages of 64: page boxes of 64 rows, four a 256-key fp8 block
+    # (test_paged_fp8_decode_long has its pages of 16).
     for head_dim, dtype, seed, page_size in ((128, torch.bfloat16, 21, 16), (256, torch.float16, 22, 16),
                                              (64, torch.bfloat16, 23, 64)):
         harness.require(device, dtype, head_dim)
@@ -257,10 +259,15 @@ def test_paged_fp8_d64_decode_shapes(device, num_requests, group, num_splits):
     kFp8D64KeyRowsCtasPerSm): tiles of at most 8 rows run keys as the mma's rows, 256-key
     blocks on grids of at most 2 CTAs an SM and 128-key blocks four an SM on larger grids
     (58 requests x 2 kv heads x 3 splits = 348 CTAs: past 2 an SM on a 132-SM H200); 16-row
-    tiles the query rows, three CTAs an SM up to 3 an SM and four past it (x 4 splits: 464). Lengths cut partial blocks and boxes, a window and sinks mask inside blocks,
+    tiles the query rows, three CTAs an SM up to 3 an SM and four past it (x 4 splits: 464).
+    Lengths cut partial blocks and boxes (the two-request cases several 256-key blocks a
+    split; the planned case splits too), the window masks inside blocks, sinks,
     per-head k scales; NaN-poisoned out and scratch, float64 reference."""
     harness.require(device, torch.bfloat16, 64)
-    seq_lens = [1 + (97 * i + 13) % 1500 for i in range(num_requests)]
+    if num_requests == 2:
+        seq_lens = [2931, 1377]
+    else:
+        seq_lens = [1 + (97 * i + 13) % 1500 for i in range(num_requests)]
     problem = harness.make_paged(seq_lens, page_size=16, group=group, head_dim=64, dtype=torch.bfloat16,
                                  device=device, seed=41 + group)
     k_scale = _scales(True, 2, 41)

@@ -161,8 +161,8 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
 // float16 in registers (decode_kernel.cuh Fp8Frags). Split grids of at most one wave of
 // 2-stage CTAs at head_dim 128 whose tiles hold at most 8 query rows (a decode step at a group
 // of up to 8) run keys as the mma's rows at 2 stages (3 fit an SM: 168 registers, 32 bytes
-// of spill); every other grid the query rows as the mma's rows at 3 stages (at head_dim 64
-// tiles of at most 8 rows run keys as rows on every grid: Fp8KeyRowsD64Shape). H200, fp8 us, one
+// of spill); every other grid the query rows as the mma's rows at 3 stages. Head_dim 64 has
+// its own shapes, all at 2 stages (Fp8KeyRowsD64Shape and below). H200, fp8 us, one
 // call each (docs/perf_log.md 2026-12-02): keys as rows at 3 -> 2 stages 1 x 32768 25.6 ->
 // 24.7, 4 x 8192 25.3 -> 24.3, 16 x 4096 41.3 -> 39.2, 16 x 8192 73.6 -> 69.5, 1 x 131072
 // 73.8 -> 70.3 (query rows, 3 stages: 26.5, 26.1, 40.8, 70.5, 71.3); unsplit 64 x 4096 query
@@ -320,8 +320,9 @@ int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op) {
     // rare, run the cp.async kernel with these workers). The launch runs 2 stages for split
     // grids of at most these; the planner fills fewer (Traits, DecodeFillCtasPerSm). An fp8
     // cache at head_dim 64: its 16-row tiles' split shape's 3 an SM (168 registers; smaller
-    // tiles run 4 an SM: Traits reads kFp8D64KeyRowsCtasPerSm for them). At 128 its split grids run keys as rows, 3 an SM like the 16-bit split shape,
-    // and 256 is left on the 16-bit count (not measured).
+    // tiles run 4 an SM: Traits reads kFp8D64KeyRowsCtasPerSm for them). At 128 its split
+    // grids run keys as rows, 3 an SM like the 16-bit split shape, and 256 is left on the
+    // 16-bit count (not measured).
     if (DeviceRunsSm90a(op)) {
       if constexpr (kHeadDim == 64) {
         if (kv_fp8) return BulkDecodeInstance<__nv_bfloat16, Fp8QueryRowsD64SplitShape>::ResidentCtasPerSm(op);

@@ -145,7 +145,10 @@ struct BulkDecodeShape {
   // CTAs per SM the register budget is sized for (shared memory allows as many on sm_90).
   static constexpr int kMinBlocks =
       kCtasPerSm_ > 0 ? kCtasPerSm_ : kSmemBytes <= 74 * 1024 ? 3 : kSmemBytes <= 110 * 1024 ? 2 : 1;
-  static_assert(size_t{kMinBlocks} * kSmemBytes <= 227 * 1024, "kCtasPerSm CTAs fit an SM's shared memory");
+  // An SM's 228 KiB hold kCtasPerSm CTAs' dynamic shared memory, each with the 1 KiB the
+  // driver reserves a CTA and (a bound) 1 KiB of the kernel's static shared memory.
+  static_assert(kCtasPerSm_ == 0 || size_t{kCtasPerSm_} * (kSmemBytes + 2048) <= 228 * 1024,
+                "kCtasPerSm CTAs fit an SM's shared memory");
 };
 
 // A probability stays below 2^kLazyRescaleLog2 against a stale running max.

@@ -92,7 +92,7 @@ struct PagedKvParams {
 struct PagedKvMaps {
   CUtensorMap k;
   CUtensorMap v;
-  int32_t box_rows = 0;  // min(page_size, the kernel's block keys); a power of two
+  int32_t box_rows = 0;  // min(page_size, DecodeBlockKeys (64)); a power of two
   bool slot_inner = true;
 };
 
