@@ -87,9 +87,8 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // The bulk decode kernel over an fp8 cache takes 128-key blocks at head_dim 64 (256 on small
-// grids: below) and 128 (a
-// 64-key fp8 block is half a 16-bit block's bytes for the same per-block work: barrier,
-// copies, softmax reductions); a stage of them holds a 16-bit 64-key stage's bytes. 3 stages
+// grids: below) and 128 (a 64-key fp8 block is half a 16-bit block's bytes for the same
+// per-block work: barrier, copies, softmax reductions); a stage of them holds a 16-bit 64-key stage's bytes. 3 stages
 // at head_dim 128 (2 CTAs an SM, where the planner fills 2 as for 16-bit caches), but for its
 // keys-as-rows split grids (2 stages: attention_launch.cuh); head_dim 64 below; 64-key
 // blocks at 256 (96 KiB, 2 an SM: at 2 stages 3 CTAs would fit, with too few registers for a
@@ -102,8 +101,8 @@ constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
 // to 8): keys as the mma's rows (half the mma, softmax and conversion work of the query rows'
 // 16-row operand, which such a tile fills at most half), 2 stages, 4 CTAs an SM (128
 // registers) so a grid of 3-4 CTAs an SM runs in one wave; grids of at most 2 CTAs an SM
-// (1 x 131072 at 32 splits, 8 kv heads: 256 CTAs) 256-key blocks, 3 an SM, half the blocks' fixed costs (barrier,
-// row reductions) on each CTA's chain. H200, 32 / 8 heads, page 16, fp8 / bf16 time in one
+// (1 x 131072 at 32 splits, 8 kv heads: 256 CTAs) 256-key blocks, 3 an SM, half the blocks'
+// fixed costs (barrier, row reductions) on each CTA's chain. H200, 32 / 8 heads, page 16, fp8 / bf16 time in one
 // process, query rows at 3 stages (before) -> these, planned as below: 64 x 4096 0.888 ->
 // 0.553, 128 x 4096 0.541, 16 x 4096 0.842 -> 0.655, 4 x 16384 0.855 -> 0.662, 1 x 32768
 // 0.933 -> 0.757, 1 x 131072 0.821 -> 0.592 (docs/perf_log.md 2026-12-04, session 35). The
