@@ -195,7 +195,7 @@ void LaunchFp8BulkDecode(const AttentionKernelParams& params, const PagedKvParam
                          const char* op) {
   if constexpr (kHeadDim == 64) {
     const int64_t ctas = num_tiles * params.num_splits;
-    if (params.max_tile_rows <= kFp8D64KeyRowsMaxRows) {
+    if (Fp8D64KeyRowsTile(kHeadDim, true, params.max_tile_rows)) {
       if (ctas <= kFp8D64WideBlocksMaxCtasPerSm * sm_count) {
         return BulkDecodeInstance<T, Fp8KeyRowsD64WideShape>::Launch(params, kv, num_tiles, stream, op, maps);
       }
@@ -314,17 +314,20 @@ void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& param
 }
 
 template <int kHeadDim>
-int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op) {
+int ResidentCtasPerSm(TileKind kind, bool kv_fp8, int64_t max_tile_rows, const char* op) {
   if (kind == TileKind::kDecode) {
     // Resident workers: the kernel a split grid of an aligned cache runs (strided caches,
     // rare, run the cp.async kernel with these workers). The launch runs 2 stages for split
     // grids of at most these; the planner fills fewer (Traits, DecodeFillCtasPerSm). An fp8
-    // cache at head_dim 64: its 16-row tiles' split shape's 3 an SM (168 registers; smaller
-    // tiles run 4 an SM: Traits reads kFp8D64KeyRowsCtasPerSm for them). At 128 its split
-    // grids run keys as rows, 3 an SM like the 16-bit split shape, and 256 is left on the
-    // 16-bit count (not measured).
+    // cache at head_dim 64: tiles of at most 8 rows run keys as rows, 4 an SM (the 256-key
+    // blocks of grids within 2 an SM are never the planner's count); larger tiles the split
+    // shape's 3 an SM (168 registers). At 128 its split grids run keys as rows, 3 an SM like
+    // the 16-bit split shape, and 256 is left on the 16-bit count (not measured).
     if (DeviceRunsSm90a(op)) {
       if constexpr (kHeadDim == 64) {
+        if (Fp8D64KeyRowsTile(kHeadDim, kv_fp8, max_tile_rows)) {
+          return BulkDecodeInstance<__nv_bfloat16, Fp8KeyRowsD64Shape>::ResidentCtasPerSm(op);
+        }
         if (kv_fp8) return BulkDecodeInstance<__nv_bfloat16, Fp8QueryRowsD64SplitShape>::ResidentCtasPerSm(op);
       }
       return BulkDecodeInstance<__nv_bfloat16, BulkDecodeSplitShapeFor<kHeadDim, false>>::ResidentCtasPerSm(op);
@@ -339,7 +342,7 @@ int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op) {
                                const PagedKvMaps&, int64_t, int64_t, int64_t, cudaStream_t, const char*);         \
   template void LaunchRagged<D>(DType, TileKind, const AttentionKernelParams&, const RaggedKvParams&, int64_t,      \
                                 int64_t, cudaStream_t, const char*);                                              \
-  template int ResidentCtasPerSm<D>(TileKind, bool, const char*);
+  template int ResidentCtasPerSm<D>(TileKind, bool, int64_t, const char*);
 
 }  // namespace splitkv::cuda
 

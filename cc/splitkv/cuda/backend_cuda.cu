@@ -34,20 +34,20 @@ constexpr int64_t kInt32Max = 2147483647;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Per device: SM count, whether it runs the sm_90a kernels, and resident CTAs of each
-// (tile kind, fp8 cache or not, head_dim), read once.
+// (tile kind, fp8 cache or not, head_dim, keys-as-rows tile or not), read once.
 struct DeviceInfo {
   int sm_count = 0;
   bool sm90a = false;
-  int ctas[2][2][3] = {};  // [kind][kv_fp8][head_dim 64, 128, 256]
+  int ctas[2][2][3][2] = {};  // [kind][kv_fp8][head_dim 64, 128, 256][Fp8D64KeyRowsTile]
 };
 
 int HeadDimIndex(int64_t head_dim) { return head_dim == 64 ? 0 : head_dim == 256 ? 2 : 1; }
 
-int ResidentCtas(TileKind kind, int64_t head_dim, bool kv_fp8, const char* op) {
+int ResidentCtas(TileKind kind, int64_t head_dim, bool kv_fp8, int64_t max_tile_rows, const char* op) {
   switch (head_dim) {
-    case 64: return ResidentCtasPerSm<64>(kind, kv_fp8, op);
-    case 256: return ResidentCtasPerSm<256>(kind, kv_fp8, op);
-    default: return ResidentCtasPerSm<128>(kind, kv_fp8, op);
+    case 64: return ResidentCtasPerSm<64>(kind, kv_fp8, max_tile_rows, op);
+    case 256: return ResidentCtasPerSm<256>(kind, kv_fp8, max_tile_rows, op);
+    default: return ResidentCtasPerSm<128>(kind, kv_fp8, max_tile_rows, op);
   }
 }
 
@@ -58,7 +58,8 @@ struct DeviceWorkers {
   bool sm90a;  // DeviceRunsSm90a
 };
 
-DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, bool kv_fp8, const char* op) {
+// max_tile_rows: the most query rows a tile of the call holds (MaxTileRows).
+DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, bool kv_fp8, int64_t max_tile_rows, const char* op) {
   static std::mutex mutex;
   static std::vector<DeviceInfo> devices;
   int device = 0;
@@ -70,9 +71,10 @@ DeviceWorkers WorkersPerDevice(TileKind kind, int64_t head_dim, bool kv_fp8, con
     info.sm90a = DeviceRunsSm90a(op);  // before sm_count, which marks the entry as read
     CheckCuda(cudaDeviceGetAttribute(&info.sm_count, cudaDevAttrMultiProcessorCount, device), op);
   }
-  int& ctas = info.ctas[kind == TileKind::kDecode ? 0 : 1][kv_fp8 ? 1 : 0][HeadDimIndex(head_dim)];
+  const bool key_rows = kind == TileKind::kDecode && Fp8D64KeyRowsTile(head_dim, kv_fp8, max_tile_rows);
+  int& ctas = info.ctas[kind == TileKind::kDecode ? 0 : 1][kv_fp8 ? 1 : 0][HeadDimIndex(head_dim)][key_rows ? 1 : 0];
   if (ctas == 0) {
-    ctas = ResidentCtas(kind, head_dim, kv_fp8, op);
+    ctas = ResidentCtas(kind, head_dim, kv_fp8, max_tile_rows, op);
     if (ctas == 0) {
       throw CudaError(std::string(op) + ": no CTA of the head_dim " + std::to_string(head_dim) +
                       " kernel fits on an SM of device " + std::to_string(device));
@@ -232,13 +234,8 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
   const TileChoice tile = TileFor(batch_invariant, group_size, max_q_len, kv_fp8, "splitkv");
   BackendTraits traits;
   traits.q_tile_tokens = tile.q_tile_tokens;
-  DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, kv_fp8, "splitkv");
-  // Head_dim 64's fp8 decode tiles of at most 8 rows run four CTAs an SM (attention_launch.cuh
-  // Fp8KeyRowsD64Shape); the resident count read above is the 16-row tiles' shape's.
-  if (tile.kind == TileKind::kDecode && workers.sm90a && head_dim == 64 && kv_fp8 &&
-      MaxTileRows(group_size, tile.q_tile_tokens, max_q_len) <= kFp8D64KeyRowsMaxRows) {
-    workers.ctas_per_sm = kFp8D64KeyRowsCtasPerSm;
-  }
+  const DeviceWorkers workers = WorkersPerDevice(tile.kind, head_dim, kv_fp8,
+                                                 MaxTileRows(group_size, tile.q_tile_tokens, max_q_len), "splitkv");
   traits.num_workers = int64_t{workers.sm_count} * workers.ctas_per_sm;
   if (tile.kind == TileKind::kDecode && workers.sm90a) {
     traits.fill_workers =
@@ -325,7 +322,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   // The SM count only head_dim 64's decode routes read (attention_launch.cuh D64WideBlocks,
   // D64TwoPerSmGrid): other calls skip the device lookup's lock.
   const int64_t sms = tile.kind == TileKind::kDecode && p.head_dim == 64
-                          ? WorkersPerDevice(tile.kind, p.head_dim, p.kv_storage.fp8_e4m3, kPagedOp).sm_count
+                          ? WorkersPerDevice(tile.kind, p.head_dim, p.kv_storage.fp8_e4m3, k.max_tile_rows, kPagedOp).sm_count
                           : 0;
   switch (p.head_dim) {
     case 64: return LaunchPaged<64>(p.dtype, tile.kind, k, kv, maps, plan.num_tiles, workers, sms, stream, kPagedOp);

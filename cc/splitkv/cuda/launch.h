@@ -34,10 +34,10 @@ template <int kHeadDim>
 void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& params, const RaggedKvParams& kv,
                   int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op);
 
-// CTAs of the paged kernel for (kind, kHeadDim, an fp8 cache or not) that fit on one SM of
-// the current device.
+// CTAs of the paged kernel for (kind, kHeadDim, an fp8 cache or not, tiles of at most
+// max_tile_rows query rows) that fit on one SM of the current device.
 template <int kHeadDim>
-int ResidentCtasPerSm(TileKind kind, bool kv_fp8, const char* op);
+int ResidentCtasPerSm(TileKind kind, bool kv_fp8, int64_t max_tile_rows, const char* op);
 
 }  // namespace splitkv::cuda
 

@@ -117,6 +117,12 @@ constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
 inline constexpr int kFp8D64QueryRowsCtasPerSm = 4;
 inline constexpr int kFp8D64KeyRowsMaxRows = 8;  // the keys-as-rows mma's n
 inline constexpr int kFp8D64KeyRowsCtasPerSm = 4;
+// Whether a decode tile of at most max_tile_rows query rows runs keys as the mma's rows
+// (Fp8KeyRowsD64Shape): head_dim 64 over an fp8 cache, at most kFp8D64KeyRowsMaxRows rows. The
+// launch and the resident count (ResidentCtasPerSm) both ask this.
+constexpr bool Fp8D64KeyRowsTile(int64_t head_dim, bool kv_fp8, int64_t max_tile_rows) {
+  return head_dim == 64 && kv_fp8 && max_tile_rows <= kFp8D64KeyRowsMaxRows;
+}
 inline constexpr int kFp8D64WideBlockKeys = 256;
 inline constexpr int64_t kFp8D64WideBlocksMaxCtasPerSm = 2;
 // Tensor copies at head_dim 256 stream K and V as separate parts through 3 buffers of one
