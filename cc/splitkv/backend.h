@@ -70,6 +70,14 @@ void ZeroCounterRegion(void* workspace, void* stream);
 void ReadStatusRecord(const void* workspace, void* stream, uint32_t* words);
 // Enqueues the merge kernel on params.stream.
 void MergeStates(const MergeStatesParams& params);
+// The events of stream_order.h: made on the current device without timing; destroyed with
+// errors ignored (it may run at exit, after the runtime has gone).
+void* CreateOrderEvent();
+void DestroyOrderEvent(void* event) noexcept;
+void RecordOrderEvent(void* event, void* stream);
+void WaitOrderEvent(void* stream, void* event);
+// Whether `stream` is capturing a CUDA graph.
+bool StreamCapturing(void* stream);
 }  // namespace cuda
 
 }  // namespace splitkv

@@ -381,39 +381,39 @@ def _remember(key, layout):
 
 
 def _workspace_view(workspace):
-    """(buffer, signature, C++ view, busy key) of a workspace, cached by a Workspace."""
+    """(buffer, signature, C++ view, busy key, stream order) of a workspace, cached by a
+    Workspace."""
     if workspace.__class__ is Workspace:
         return workspace._launch_view()
-    return (workspace, tensor_signature(workspace), None, None)
+    return (workspace, tensor_signature(workspace), None, None, None)
 
 
 def _launch(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
     """Launches a call of `layout` from its addresses (the inputs, out, lse), holding the
     workspace. False, having launched nothing, when out or the workspace shares bytes with
     another tensor of the call: the full path then refuses it with its message."""
-    buffer, _, c_workspace, busy = view
+    buffer, _, c_workspace, busy, order = view
     if c_workspace is None:  # a user's tensor: no cached view
         c_workspace = workspace_module.c_workspace(workspace, buffer)
         busy = workspace_module.busy_key(buffer)
-    scales = _scale_addresses(k_scale, v_scale)
+        order = workspace_module.stream_order(busy, buffer.device)
+    scales = _NO_SCALES if k_scale is None and v_scale is None else _scale_addresses(k_scale, v_scale)
     workspace_module.acquire(op, busy)
     try:
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "before")
         if not layout.cuda:
-            if not layout.launch(*addresses, c_workspace, 0, max_q_len, *scales):
+            if not layout.launch(*addresses, c_workspace, 0, max_q_len, *scales, None):
                 return False
         else:
             device = layout.device
             with workspace_module.on_device(device):
-                stream = workspace_module.current_raw_stream(device.index)
-                capturing = torch.cuda.is_current_stream_capturing()
-                if not capturing:
-                    workspace_module.order_after_last_launch(busy, stream, device)
-                if not layout.launch(*addresses, c_workspace, stream, max_q_len, *scales):
+                # The stream order (wait for the workspace's last launch on another stream,
+                # record this one) runs in the same C++ call as the launch.
+                if not layout.launch(*addresses, c_workspace,
+                                     workspace_module.current_raw_stream(device.index), max_q_len,
+                                     *scales, order):
                     return False
-                if not capturing:
-                    workspace_module.record_launch(busy, stream, device)
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "after")
         return True
@@ -508,6 +508,9 @@ def _scale_tensors(k_scale, v_scale):
     """The per-head scale tensors among a layout's inputs (None for a float or None: the
     template holds the float), for their extents."""
     return tuple(s if isinstance(s, torch.Tensor) else None for s in (k_scale, v_scale))
+
+
+_NO_SCALES = (0, 0)
 
 
 def _scale_addresses(k_scale, v_scale):

@@ -20,6 +20,7 @@
 #include "cc/splitkv/merge_states.h"
 #include "cc/splitkv/params.h"
 #include "cc/splitkv/split_plan.h"
+#include "cc/splitkv/stream_order.h"
 #include "cc/splitkv/workspace_layout.h"
 
 namespace py = pybind11;
@@ -260,6 +261,15 @@ using PagedTemplate = CallTemplate<PagedAttentionParams, 11>;
 // Inputs: q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales.
 using RaggedTemplate = CallTemplate<RaggedAttentionParams, 8>;
 
+// A CUDA launch between order->Before and order->After (stream_order.h), when the caller
+// passes the workspace's StreamOrder (None on the CPU).
+template <typename Launch>
+void LaunchInOrder(StreamOrder* order, void* stream, Launch launch) {
+  const bool ordered = order != nullptr && order->Before(stream);
+  launch();
+  if (ordered) order->After(stream);
+}
+
 // One call of a paged layout. sinks, kv_offsets, full_seq_lens, k_scales and v_scales are 0
 // when the layout has none (the layout cache keys on whether each is a tensor, and on its
 // shape).
@@ -268,7 +278,7 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
                      std::uintptr_t seq_lens, std::uintptr_t cu_seqlens_q, std::uintptr_t kv_offsets,
                      std::uintptr_t full_seq_lens, std::uintptr_t out, std::uintptr_t lse,
                      const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
-                     std::uintptr_t k_scales, std::uintptr_t v_scales) {
+                     std::uintptr_t k_scales, std::uintptr_t v_scales, StreamOrder* order) {
   if (layout.SharesBytes({q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
                           full_seq_lens, k_scales, v_scales},
                          out, workspace)) {
@@ -300,7 +310,7 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
     const int64_t longest = *std::max_element(p.seq_lens, p.seq_lens + p.batch_size);
     p.max_kv_len = std::max<int64_t>(0, std::min(longest, p.max_pages_per_seq * p.page_size));
   }
-  LaunchPagedAttention(p);
+  LaunchInOrder(order, p.stream, [&] { LaunchPagedAttention(p); });
   return true;
 }
 
@@ -309,7 +319,7 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
                       std::uintptr_t v, std::uintptr_t sinks, std::uintptr_t cu_seqlens_q,
                       std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
                       const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
-                      std::uintptr_t k_scales, std::uintptr_t v_scales) {
+                      std::uintptr_t k_scales, std::uintptr_t v_scales, StreamOrder* order) {
   if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales}, out, workspace)) {
     return false;
   }
@@ -335,7 +345,7 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
     const int64_t longest = LongestSegment(p.cu_seqlens_kv, p.batch_size);
     p.max_kv_len = std::max<int64_t>(0, std::min(longest, p.total_kv));
   }
-  LaunchRaggedAttention(p);
+  LaunchInOrder(order, p.stream, [&] { LaunchRaggedAttention(p); });
   return true;
 }
 
@@ -359,6 +369,14 @@ void BindLaunchers(py::module_& m) {
   m.def("PlanRaggedAttention", &PlanRaggedAttention, py::arg("params"), release);
   BindTemplate<PagedTemplate>(m, "PagedTemplate", &LaunchPagedFrom);
   BindTemplate<RaggedTemplate>(m, "RaggedTemplate", &LaunchRaggedFrom);
+  // One per workspace memory (CUDA), held by splitkv.workspace; the templates' launch takes it
+  // last. Before/After serve the full path (workspace.exclusive); the device must be current.
+  py::class_<StreamOrder>(m, "StreamOrder")
+      .def(py::init<>())
+      .def("Before", [](StreamOrder& self, std::uintptr_t stream) { return self.Before(reinterpret_cast<void*>(stream)); },
+           py::arg("stream"))
+      .def("After", [](StreamOrder& self, std::uintptr_t stream) { self.After(reinterpret_cast<void*>(stream)); },
+           py::arg("stream"));
   m.def(
       "CheckCounterRegionZero",
       [](std::uintptr_t workspace, int64_t workspace_bytes) {

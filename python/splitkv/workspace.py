@@ -256,13 +256,14 @@ class Workspace:
         return f"Workspace(nbytes={self.nbytes}, device='{self.device}')"
 
     def _launch_view(self):
-        """(tensor, its signature, C++ view, busy key) of ``self.tensor``, made once per
-        tensor: a call's fast path (splitkv._calls) reads them instead of the tensor."""
+        """(tensor, its signature, C++ view, busy key, stream order) of ``self.tensor``, made
+        once per tensor: a call's fast path (splitkv._calls) reads them instead of the tensor."""
         view = self._view
         if view is None or view[0] is not self.tensor:
             buffer = self.tensor
-            view = self._view = (buffer, tensor_signature(buffer), c_workspace(self, buffer),
-                                 busy_key(buffer))
+            key = busy_key(buffer)
+            view = self._view = (buffer, tensor_signature(buffer), c_workspace(self, buffer), key,
+                                 stream_order(key, buffer.device))
         return view
 
 
@@ -391,19 +392,26 @@ def check_counter_region(workspace):
 # Storages (device, base address) that a call is using now: a second call on any view of
 # the same memory, from another thread, is refused rather than left to race on the counters.
 _in_use = {}
-# CUDA: per storage, the stream (raw handle) and an event recorded after its last launch. A launch on
-# another stream first waits for that event, so one workspace's launches never overlap
-# on the GPU (they are serialized in launch order, with no host sync).
-_last_launch = {}
-# Per (storage, stream handle): the stream object and one event, recorded again after each
-# launch there, so no event is made per call. Re-recording is safe: a wait already enqueued
-# keeps the state it saw.
-_events = {}
+# CUDA: per storage, the C++ StreamOrder of its launches (an event per stream, recorded after
+# each launch; a launch on another stream first waits for the last one on the GPU), so one
+# workspace's launches never overlap and no host thread syncs. The templates' launch runs
+# it around the kernel launch, in the same C++ call.
+_orders = {}
 
 
 def busy_key(buffer):
     """The key under which calls on ``buffer``'s memory are tracked: (device, storage base)."""
     return (str(buffer.device), buffer.untyped_storage().data_ptr())
+
+
+def stream_order(key, device):
+    """The StreamOrder of the memory of ``key`` (None on the CPU), made on first use."""
+    if device.type != "cuda":
+        return None
+    order = _orders.get(key)
+    if order is None:
+        order = _orders.setdefault(key, _splitkv.StreamOrder())
+    return order
 
 
 def acquire(op, key):
@@ -420,45 +428,28 @@ def release(key):
     _in_use.pop(key, None)
 
 
-def order_after_last_launch(key, stream, device):
-    """Makes the current stream (raw handle ``stream``, on ``device``) wait for the
-    workspace's last launch on another stream. Not called while a CUDA graph is being
-    captured: the captured launches are ordered by the graph, and their replays by the
-    caller's streams."""
-    last = _last_launch.get(key)
-    if last is not None and last[0] != stream:
-        torch.cuda.current_stream(device).wait_event(last[1])
-
-
-def record_launch(key, stream, device):
-    """Records, after a launch on the current stream (raw handle ``stream``), the event the
-    next launch on another stream waits for. The stream object and the event are made once
-    per (workspace, stream): a call only records."""
-    entry = _events.get((key, stream))
-    if entry is None:
-        entry = _events[(key, stream)] = (torch.cuda.current_stream(device), torch.cuda.Event())
-    entry[1].record(entry[0])
-    _last_launch[key] = (stream, entry[1])
-
-
 @contextlib.contextmanager
 def exclusive(op, workspace):
     """Marks the workspace's memory busy for one call (a Workspace or a user's tensor), and
-    on CUDA orders the launch after the last one on the same memory from another stream."""
+    on CUDA orders the launch after the last one on the same memory from another stream
+    (StreamOrder; nothing while the stream captures a CUDA graph)."""
     buffer = workspace.tensor if isinstance(workspace, Workspace) else workspace
     key = busy_key(buffer)
     acquire(op, key)
     try:
-        stream = None
-        if buffer.device.type == "cuda" and not torch.cuda.is_current_stream_capturing():
-            stream = torch.cuda.current_stream(buffer.device).cuda_stream
-            order_after_last_launch(key, stream, buffer.device)
+        order = stream_order(key, buffer.device)
+        if order is not None:
+            stream = current_raw_stream(buffer.device.index)
+            with on_device(buffer.device):
+                if not order.Before(stream):
+                    order = None
         if CHECK_EVERY_CALL:
             check_every_call(op, workspace, buffer, "before")
         yield
         if CHECK_EVERY_CALL:
             check_every_call(op, workspace, buffer, "after")
-        if stream is not None:
-            record_launch(key, stream, buffer.device)
+        if order is not None:
+            with on_device(buffer.device):
+                order.After(stream)
     finally:
         release(key)

@@ -188,15 +188,17 @@ def test_workspaces_on_threads_run_together(device, num_threads):
 
 
 @pytest.mark.gpu
-def test_one_workspace_two_streams_serialized():
-    # One thread queues calls on two streams sharing ONE workspace, without syncing: the
+@pytest.mark.parametrize("kind", ["Workspace", "user buffer"])
+def test_one_workspace_two_streams_serialized(kind):
+    # One thread queues calls on two streams sharing ONE workspace (a Workspace, or a user's
+    # uint8 buffer: each view of its memory shares one stream order), without syncing: the
     # second stream's launch waits on the GPU for the first one's, so every result is the
     # serial bits and the counters end at zero.
     harness.require("cuda")
     problems = _problems("cuda")
     serial = _serial(problems, "cuda")
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    workspace = splitkv.Workspace(32 << 20, "cuda")
+    workspace = _shared_buffer(kind)
     for stream in streams:
         stream.wait_stream(torch.cuda.current_stream())
     results = []
@@ -211,7 +213,60 @@ def test_one_workspace_two_streams_serialized():
     for index, out, lse in results:
         harness.assert_bitwise_equal(out, serial[index][0])
         harness.assert_bitwise_equal(lse, serial[index][1])
-    harness.assert_counter_region_zero(workspace)
+    _assert_counters_zero(workspace)
+
+
+def _assert_counters_zero(workspace):
+    if isinstance(workspace, splitkv.Workspace):
+        harness.assert_counter_region_zero(workspace)
+    else:
+        splitkv.check_counter_region(workspace)
+
+
+def _shared_buffer(kind):
+    """A Workspace, or a user's 256-aligned zeroed uint8 buffer, of 32 MiB on the GPU."""
+    if kind == "Workspace":
+        return splitkv.Workspace(32 << 20, "cuda")
+    raw = torch.zeros((32 << 20) + 256, dtype=torch.uint8, device="cuda")
+    skip = -raw.data_ptr() % 256
+    return raw[skip:skip + (32 << 20)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["Workspace", "user buffer"])
+def test_one_workspace_two_streams_meeting_on_the_gpu(kind):
+    # The calls above finish on the GPU before the host enqueues the next, so they would pass
+    # unordered too. Here each stream first sleeps on the GPU (~1 ms), so both streams' calls
+    # are queued before either runs and would start together: stream 0's a decode of 32768
+    # keys in 32 splits (tens of microseconds), stream 1's a short split decode, on the same
+    # counters and partials. Ordered, stream 1's waits for stream 0's: the serial bits, every
+    # round, and the counters zero.
+    harness.require("cuda")
+    problems = [
+        (harness.make_paged([32768], page_size=16, num_kv_heads=8, group=4, head_dim=128,
+                            dtype=_DTYPE, device="cuda", seed=41), {"num_splits": 32}),
+        (harness.make_paged([2000, 700, 1500], page_size=16, num_kv_heads=8, group=4,
+                            head_dim=128, dtype=_DTYPE, device="cuda", seed=42), {"num_splits": 8}),
+    ]
+    serial = [problem.run(splitkv.Workspace(32 << 20, "cuda"), return_lse=True, **options)
+              for problem, options in problems]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    workspace = _shared_buffer(kind)
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    results = []
+    for _ in range(6):
+        for index, stream in enumerate(streams):
+            problem, options = problems[index]
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(2_000_000)
+                out, lse = problem.run(workspace, return_lse=True, **options)
+            results.append((index, out, lse))
+    torch.cuda.synchronize()
+    for index, out, lse in results:
+        harness.assert_bitwise_equal(out, serial[index][0])
+        harness.assert_bitwise_equal(lse, serial[index][1])
+    _assert_counters_zero(workspace)
 
 
 @pytest.mark.gpu

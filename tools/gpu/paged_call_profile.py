@@ -84,14 +84,17 @@ def main():
                  block_tables.data_ptr(), seq_lens.data_ptr(), 0, 0, 0, out.data_ptr(), 0)
     stream = torch.cuda.current_stream().cuda_stream
     print(f"layout.launch (C++ template)     "
-          f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, 1, 0, 0)):8.2f} us")
-    print(f"_launch (stream, events, launch) "
+          f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, 1, 0, 0, None)):8.2f} us")
+    print(f"layout.launch + stream order     "
+          f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, 1, 0, 0, view[4])):8.2f} us")
+    print(f"_launch (stream order, launch)   "
           f"{_median_us(lambda: _calls._launch('p', layout, addresses, workspace, view, 1, None, None)):8.2f} us")
     print(f"current_raw_stream               "
           f"{_median_us(lambda: workspace_module.current_raw_stream(0)):8.2f} us")
     event = torch.cuda.Event()
     cur = torch.cuda.current_stream()
-    print(f"event.record(stream)             {_median_us(lambda: event.record(cur)):8.2f} us")
+    print(f"torch event.record(stream)       {_median_us(lambda: event.record(cur)):8.2f} us"
+          "  (the per-call record before the C++ stream order)")
     print(f"torch.cuda.current_device()      {_median_us(torch.cuda.current_device):8.2f} us")
     profile = cProfile.Profile()
     profile.enable()

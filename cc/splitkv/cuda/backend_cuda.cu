@@ -392,4 +392,28 @@ void ReadStatusRecord(const void* workspace, void* stream, uint32_t* words) {
   CheckCuda(cudaStreamSynchronize(s), "check_workspace_status: cudaStreamSynchronize");
 }
 
+void* CreateOrderEvent() {
+  cudaEvent_t event = nullptr;
+  CheckCuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "splitkv: cudaEventCreateWithFlags");
+  return event;
+}
+
+void DestroyOrderEvent(void* event) noexcept { (void)cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+void RecordOrderEvent(void* event, void* stream) {
+  CheckCuda(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)),
+            "splitkv: cudaEventRecord");
+}
+
+void WaitOrderEvent(void* stream, void* event) {
+  CheckCuda(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
+            "splitkv: cudaStreamWaitEvent");
+}
+
+bool StreamCapturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CheckCuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status), "splitkv: cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace splitkv::cuda

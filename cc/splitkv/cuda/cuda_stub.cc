@@ -23,6 +23,11 @@ bool InvariantSplitsInCta(const RaggedAttentionParams&) { Absent("ragged_attenti
 void ZeroCounterRegion(void*, void*) { Absent("reset_counter_region"); }
 void ReadStatusRecord(const void*, void*, uint32_t*) { Absent("check_workspace_status"); }
 void MergeStates(const MergeStatesParams&) { Absent("merge_states"); }
+void* CreateOrderEvent() { Absent("splitkv"); }
+void DestroyOrderEvent(void*) noexcept {}
+void RecordOrderEvent(void*, void*) { Absent("splitkv"); }
+void WaitOrderEvent(void*, void*) { Absent("splitkv"); }
+bool StreamCapturing(void*) { Absent("splitkv"); }
 
 }  // namespace cuda
 }  // namespace splitkv

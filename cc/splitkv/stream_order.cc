@@ -1,0 +1,31 @@
+#include "cc/splitkv/stream_order.h"
+
+#include "cc/splitkv/backend.h"
+
+namespace splitkv {
+
+StreamOrder::~StreamOrder() {
+  for (const auto& entry : events_) cuda::DestroyOrderEvent(entry.second);
+}
+
+bool StreamOrder::Before(void* stream) {
+  if (cuda::StreamCapturing(stream)) return false;
+  if (last_event_ != nullptr && last_stream_ != stream) cuda::WaitOrderEvent(stream, last_event_);
+  return true;
+}
+
+void StreamOrder::After(void* stream) {
+  void* event = nullptr;
+  for (const auto& entry : events_) {
+    if (entry.first == stream) event = entry.second;
+  }
+  if (event == nullptr) {
+    event = cuda::CreateOrderEvent();
+    events_.emplace_back(stream, event);
+  }
+  cuda::RecordOrderEvent(event, stream);
+  last_stream_ = stream;
+  last_event_ = event;
+}
+
+}  // namespace splitkv
