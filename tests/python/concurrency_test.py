@@ -187,33 +187,32 @@ def test_workspaces_on_threads_run_together(device, num_threads):
         assert _overlapped(spans), "no two calls of different threads ran at the same time"
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["Workspace", "user buffer"])
-def test_one_workspace_two_streams_serialized(kind):
-    # One thread queues calls on two streams sharing ONE workspace (a Workspace, or a user's
-    # uint8 buffer: each view of its memory shares one stream order), without syncing: the
-    # second stream's launch waits on the GPU for the first one's, so every result is the
-    # serial bits and the counters end at zero.
-    harness.require("cuda")
-    problems = _problems("cuda")
-    serial = _serial(problems, "cuda")
+def _queue_on_streams(problems, workspaces, rounds, sleep_cycles=0):
+    """One thread queues `rounds` calls on each of two new streams without syncing (round r
+    runs problem (r + s) % len(problems) on stream s, with workspaces[s]); with sleep_cycles
+    each call first waits that long on its stream on the GPU. Returns [(problem index, out,
+    lse)] once the device is idle."""
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    workspace = _shared_buffer(kind)
     for stream in streams:
         stream.wait_stream(torch.cuda.current_stream())
     results = []
-    for round_ in range(20):
+    for round_ in range(rounds):
         for s, stream in enumerate(streams):
             index = (round_ + s) % len(problems)
             problem, options = problems[index]
             with torch.cuda.stream(stream):
-                out, lse = problem.run(workspace, return_lse=True, **options)
+                if sleep_cycles:
+                    torch.cuda._sleep(sleep_cycles)
+                out, lse = problem.run(workspaces[s], return_lse=True, **options)
             results.append((index, out, lse))
     torch.cuda.synchronize()
+    return results
+
+
+def _assert_serial_bits(results, serial):
     for index, out, lse in results:
         harness.assert_bitwise_equal(out, serial[index][0])
         harness.assert_bitwise_equal(lse, serial[index][1])
-    _assert_counters_zero(workspace)
 
 
 def _assert_counters_zero(workspace):
@@ -234,13 +233,28 @@ def _shared_buffer(kind):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["Workspace", "user buffer"])
+def test_one_workspace_two_streams_serialized(kind):
+    # One thread queues calls on two streams sharing ONE workspace (a Workspace, or a user's
+    # uint8 buffer: each view of its memory shares one stream order), without syncing: the
+    # second stream's launch waits on the GPU for the first one's, so every result is the
+    # serial bits and the counters end at zero.
+    harness.require("cuda")
+    problems = _problems("cuda")
+    serial = _serial(problems, "cuda")
+    workspace = _shared_buffer(kind)
+    _assert_serial_bits(_queue_on_streams(problems, [workspace, workspace], 20), serial)
+    _assert_counters_zero(workspace)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["Workspace", "user buffer"])
 def test_one_workspace_two_streams_meeting_on_the_gpu(kind):
     # The calls above finish on the GPU before the host enqueues the next, so they would pass
-    # unordered too. Here each stream first sleeps on the GPU (~1 ms), so both streams' calls
-    # are queued before either runs and would start together: stream 0's a decode of 32768
-    # keys in 32 splits (tens of microseconds), stream 1's a short split decode, on the same
-    # counters and partials. Ordered, stream 1's waits for stream 0's: the serial bits, every
-    # round, and the counters zero.
+    # unordered too. Here each call first sleeps on its stream on the GPU (~1 ms), so both
+    # streams' calls are queued before either runs and would start together: a decode of
+    # 32768 keys in 32 splits (tens of microseconds) beside a short split decode, on the same
+    # counters and partials. Ordered, the later-queued call waits for the other: the serial
+    # bits, every round, and the counters zero.
     harness.require("cuda")
     problems = [
         (harness.make_paged([32768], page_size=16, num_kv_heads=8, group=4, head_dim=128,
@@ -250,22 +264,9 @@ def test_one_workspace_two_streams_meeting_on_the_gpu(kind):
     ]
     serial = [problem.run(splitkv.Workspace(32 << 20, "cuda"), return_lse=True, **options)
               for problem, options in problems]
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     workspace = _shared_buffer(kind)
-    for stream in streams:
-        stream.wait_stream(torch.cuda.current_stream())
-    results = []
-    for _ in range(6):
-        for index, stream in enumerate(streams):
-            problem, options = problems[index]
-            with torch.cuda.stream(stream):
-                torch.cuda._sleep(2_000_000)
-                out, lse = problem.run(workspace, return_lse=True, **options)
-            results.append((index, out, lse))
-    torch.cuda.synchronize()
-    for index, out, lse in results:
-        harness.assert_bitwise_equal(out, serial[index][0])
-        harness.assert_bitwise_equal(lse, serial[index][1])
+    results = _queue_on_streams(problems, [workspace, workspace], 6, sleep_cycles=2_000_000)
+    _assert_serial_bits(results, serial)
     _assert_counters_zero(workspace)
 
 
@@ -276,21 +277,7 @@ def test_two_streams_one_thread_run_together():
     harness.require("cuda")
     problems = _problems("cuda")
     serial = _serial(problems, "cuda")
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    workspaces = [splitkv.Workspace(32 << 20, "cuda") for _ in streams]
-    for stream in streams:
-        stream.wait_stream(torch.cuda.current_stream())
-    results = []
-    for round_ in range(20):
-        for s, (stream, workspace) in enumerate(zip(streams, workspaces)):
-            index = (round_ + s) % len(problems)
-            problem, options = problems[index]
-            with torch.cuda.stream(stream):
-                out, lse = problem.run(workspace, return_lse=True, **options)
-            results.append((index, out, lse))
-    torch.cuda.synchronize()
-    for index, out, lse in results:
-        harness.assert_bitwise_equal(out, serial[index][0])
-        harness.assert_bitwise_equal(lse, serial[index][1])
+    workspaces = [splitkv.Workspace(32 << 20, "cuda") for _ in range(2)]
+    _assert_serial_bits(_queue_on_streams(problems, workspaces, 20), serial)
     for workspace in workspaces:
         harness.assert_counter_region_zero(workspace)
