@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cc/splitkv/errors.h"
 #include "cc/splitkv/launchers.h"
 #include "cc/splitkv/merge_states.h"
 #include "cc/splitkv/params.h"
@@ -238,6 +239,19 @@ struct CallTemplate {
     std::copy(tensor_extents.begin(), tensor_extents.end(), extents.begin());
   }
 
+  // Throws InvalidArgument (ValueError) naming the first tensor the layout holds (a nonzero
+  // extent) whose address is now null: its storage was freed (resized to 0) after the layout
+  // was cached. Runs before anything reads host memory through these addresses (the CPU's
+  // seq_lens and cu_seqlens reads below), as the full path's null checks would.
+  void CheckPresent(const char* op, const std::array<const char*, kNumInputs + 1>& names,
+                    const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out) const {
+    for (size_t i = 0; i <= kNumInputs; ++i) {
+      if (extents[i] > 0 && (i < kNumInputs ? inputs[i] : out) == 0) {
+        throw InvalidArgument(std::string(op) + ": " + names[i] + " is null: expected a valid pointer, got null");
+      }
+    }
+  }
+
   // True if out shares a byte with any input (the index and per-head scale tensors too: the
   // kernels read them while out is written), or the workspace with any tensor.
   bool SharesBytes(const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out,
@@ -283,11 +297,13 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
                      std::uintptr_t full_seq_lens, std::uintptr_t out, std::uintptr_t lse,
                      const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
                      std::uintptr_t k_scales, std::uintptr_t v_scales, const py::object& order) {
-  if (layout.SharesBytes({q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
-                          full_seq_lens, k_scales, v_scales},
-                         out, workspace)) {
-    return false;
-  }
+  const std::array<std::uintptr_t, 11> inputs{q,          k_cache,      v_cache,       sinks,    block_tables, seq_lens,
+                                              cu_seqlens_q, kv_offsets, full_seq_lens, k_scales, v_scales};
+  layout.CheckPresent("paged_attention",
+                      {"q", "k_cache", "v_cache", "sinks", "block_tables", "seq_lens", "cu_seqlens_q", "kv_offsets",
+                       "full_seq_lens", "k_scale", "v_scale", "out"},
+                      inputs, out);
+  if (layout.SharesBytes(inputs, out, workspace)) return false;
   PagedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k_cache = Address<const void>(k_cache);
@@ -324,9 +340,11 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
                       std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
                       const WorkspaceBuffer& workspace, std::uintptr_t stream, int64_t max_q_len,
                       std::uintptr_t k_scales, std::uintptr_t v_scales, const py::object& order) {
-  if (layout.SharesBytes({q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales}, out, workspace)) {
-    return false;
-  }
+  const std::array<std::uintptr_t, 8> inputs{q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales};
+  layout.CheckPresent("ragged_attention",
+                      {"q", "k", "v", "sinks", "cu_seqlens_q", "cu_seqlens_kv", "k_scale", "v_scale", "out"}, inputs,
+                      out);
+  if (layout.SharesBytes(inputs, out, workspace)) return false;
   RaggedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k = Address<const void>(k);

@@ -225,3 +225,51 @@ def test_sinks_and_scale_tensors_take_the_per_call_path(device, monkeypatch):
     full = splitkv.paged_attention(q, cache, problem.block_tables, problem.seq_lens, workspace,
                                    k_scale=scales[1], v_scale=scales[1])
     assert torch.equal(outs[1], full) and not torch.equal(outs[0], outs[1])
+
+
+def _freed(x):
+    """x with its storage resized to nothing (as FSDP-style freeing leaves a tensor): same
+    shape and strides, data_ptr() 0."""
+    x.untyped_storage().resize_(0)
+    assert x.data_ptr() == 0
+    return x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["seq_lens", "cu_seqlens_q", "block_tables"])
+def test_cached_paged_layout_refuses_a_tensor_whose_storage_was_freed(device, which):
+    # A cached layout's call reads seq_lens and cu_seqlens_q on the host (CPU backend) before
+    # the launcher's null checks: with their storage freed it dereferenced null (a crash) or
+    # said "max_q_len ... got -1", an argument the caller never gave.
+    harness.require(device)
+    problem = harness.make_paged([40, 30], page_size=16, q_lens=[3, 2], dtype=_DTYPE,
+                                 device=device)
+    workspace = harness.shared_workspace(device)
+    options = {} if device == "cpu" else {"max_q_len": 3}
+    problem.run(workspace, **options)
+    problem.run(workspace, **options)  # the cached layout's path
+    setattr(problem, which, _freed(getattr(problem, which).clone()))
+    with pytest.raises(ValueError, match=f"^paged_attention: {which} is null: expected a valid "
+                                         f"pointer, got null$"):
+        problem.run(workspace, **options)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["cu_seqlens_q", "cu_seqlens_kv", "sinks"])
+def test_cached_ragged_layout_refuses_a_tensor_whose_storage_was_freed(device, which):
+    harness.require(device)
+    problem = harness.make_ragged([3, 5], [40, 17], group=2, dtype=_DTYPE, device=device)
+    workspace = harness.shared_workspace(device)
+    sinks = torch.randn(problem.q.shape[1], dtype=torch.float32, device=device)
+    options = {"sinks": sinks} if device == "cpu" else {"sinks": sinks, "max_q_len": 5}
+    problem.run(workspace, **options)
+    problem.run(workspace, **options)
+    if which == "sinks":
+        options["sinks"] = _freed(sinks.clone())
+    else:
+        setattr(problem, which, _freed(getattr(problem, which).clone()))
+    with pytest.raises(ValueError, match=f"^ragged_attention: {which} is null: expected a valid "
+                                         f"pointer, got null$"):
+        problem.run(workspace, **options)
+    harness.assert_counter_region_zero(workspace)
