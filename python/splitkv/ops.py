@@ -24,7 +24,9 @@ or a tensor (``k_scales``), the other None.
 Validation: the functions check Python types (what the op schema would otherwise refuse
 with a less helpful message); every other check runs inside the op, on the real tensors,
 through the same code as the eager functions, so errors read the same whether compiled or
-not. The fake (meta) implementations only declare that nothing new is returned.
+not. The fake (meta) implementations declare that nothing new is returned, and refuse
+tensors on different devices: torch sends a call with one meta tensor among real ones to
+them, where it would otherwise do nothing.
 
 CUDA graphs: a call enqueues one kernel on the current stream with no host sync or memset,
 so ``torch.cuda.graph`` captures it, eagerly or compiled (new ``out`` and ``lse`` tensors
@@ -35,6 +37,7 @@ results, but inductor does not turn a graph that mutates an input (the workspace
 CUDA graph of its own (seen with torch 2.11): capture with ``torch.cuda.graph`` instead.
 """
 
+import inspect
 from typing import Optional
 
 import torch
@@ -88,8 +91,7 @@ def _scale_args(op, name, scale):
     return _checks.real(op, name, scale), None
 
 
-@torch.library.custom_op("splitkv::paged_attention", mutates_args=_MUTATED)
-def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
+def _paged_impl(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Tensor],
               block_tables: torch.Tensor, seq_lens: torch.Tensor, workspace: torch.Tensor,
               out: torch.Tensor, lse: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
               kv_layout: str, sm_scale: Optional[float], causal: bool, window_left: int,
@@ -116,13 +118,26 @@ def _paged_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: Optional[torch.Te
         ("kv_offsets", kv_offsets), ("full_seq_lens", full_seq_lens)])
 
 
-@_paged_op.register_fake
-def _paged_fake(*args):
-    return None
+def _fake(op, signature):
+    """The op's fake implementation: returns nothing, after refusing a tensor on another
+    device than q's. Under torch.compile every tensor is a fake one on its real device, so
+    this passes; in eager mode torch routes a call here when one argument is a meta tensor
+    and the rest are real, which would otherwise silently leave out unwritten."""
+    def fake(*args, **kwargs):
+        arguments = signature.bind(*args, **kwargs).arguments
+        q = arguments["q"]
+        for name, x in arguments.items():
+            if isinstance(x, torch.Tensor):
+                _checks.device(op, name, x, q.device)
+    return fake
 
 
-@torch.library.custom_op("splitkv::ragged_attention", mutates_args=_MUTATED)
-def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+_paged_op = torch.library.custom_op("splitkv::paged_attention",
+                                    mutates_args=_MUTATED)(_paged_impl)
+_paged_op.register_fake(_fake(_PAGED, inspect.signature(_paged_impl)))
+
+
+def _ragged_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                cu_seqlens_kv: torch.Tensor, workspace: torch.Tensor, out: torch.Tensor,
                lse: Optional[torch.Tensor], causal: bool, sm_scale: Optional[float],
                window_left: int, logits_soft_cap: float, num_splits: Optional[int],
@@ -143,9 +158,9 @@ def _ragged_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
         ("v_scales", v_scales)])
 
 
-@_ragged_op.register_fake
-def _ragged_fake(*args):
-    return None
+_ragged_op = torch.library.custom_op("splitkv::ragged_attention",
+                                     mutates_args=_MUTATED)(_ragged_impl)
+_ragged_op.register_fake(_fake(_RAGGED, inspect.signature(_ragged_impl)))
 
 
 # ---- the functions: eager-compatible signatures over the ops ----

@@ -204,3 +204,34 @@ def test_ops_functions_refuse_a_meta_tensor_before_dispatch(device, which):
                                  splitkv.paged_attention(problem.q, problem.kv_cache,
                                                          problem.block_tables, problem.seq_lens,
                                                          workspace))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("which", ["seq_lens", "lse", "sinks", "out"])
+def test_raw_op_refuses_a_meta_tensor_among_real_ones(device, which):
+    # torch routes a raw op call with one meta tensor among real ones to the fake
+    # implementation: it returned without a word and out stayed unwritten. It now refuses the
+    # call with the eager functions' device message.
+    harness.require(device)
+    problem = _paged(device)
+    workspace = harness.shared_workspace(device)
+    args = dict(q=problem.q, k_cache=problem.kv_cache, v_cache=None,
+                block_tables=problem.block_tables, seq_lens=problem.seq_lens,
+                workspace=workspace.tensor, out=torch.full_like(problem.q, float("nan")),
+                lse=torch.empty(problem.q.shape[:2], device=device), cu_seqlens_q=None,
+                kv_layout="HND", sm_scale=None, causal=True, window_left=-1, logits_soft_cap=0.0,
+                num_splits=None, max_q_len=None,
+                sinks=torch.zeros(problem.q.shape[1], device=device))
+    args[which] = args[which].to("meta")
+    with pytest.raises(ValueError, match=f"^paged_attention: {which} device mismatch: expected "
+                                         f"{problem.q.device} \\(q's device\\), got meta"):
+        torch.ops.splitkv.paged_attention(**args)
+    harness.assert_counter_region_zero(workspace)
+    ragged = harness.make_ragged([3, 4], [20, 9], dtype=problem.q.dtype, device=device, seed=6)
+    args = dict(q=ragged.q, k=ragged.k, v=ragged.v, cu_seqlens_q=ragged.cu_seqlens_q,
+                cu_seqlens_kv=ragged.cu_seqlens_kv.to("meta"), workspace=workspace.tensor,
+                out=torch.empty_like(ragged.q), lse=None, causal=True, sm_scale=None,
+                window_left=-1, logits_soft_cap=0.0, num_splits=None, max_q_len=4)
+    with pytest.raises(ValueError, match=r"^ragged_attention: cu_seqlens_kv device mismatch"):
+        torch.ops.splitkv.ragged_attention(**args)
+    harness.assert_counter_region_zero(workspace)
