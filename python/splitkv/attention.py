@@ -98,7 +98,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     kv_layout : {"HND", "NHD"}, default "HND"
         Layout of ``kv_cache``.
     sm_scale : float, optional
-        Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``.
+        Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``. The scaled logits
+        are float32: one past float32's range (3.4e38) gives that row NaN or inf, unchecked.
     causal : bool, default True
         Query ``i`` of a request with ``q_len`` queries and ``kv_len`` keys sees keys
         ``j <= kv_len - q_len + i`` (aligned to the end of the KV; with ``kv_offsets``,
@@ -322,7 +323,8 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     causal : bool, default True
         Query ``i`` sees keys ``j <= kv_len - q_len + i`` (aligned to the end of the KV).
     sm_scale : float, optional
-        Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``.
+        Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``. The scaled logits
+        are float32: one past float32's range (3.4e38) gives that row NaN or inf, unchecked.
     window_left : int, default -1
         Sliding window: a query at position ``p`` also needs ``j >= p - window_left``.
         -1: no window.

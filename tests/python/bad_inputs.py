@@ -639,7 +639,41 @@ ROWS = [
         "region was reset to zero (was the workspace zeroed when made, or written by someone "
         "else?)",
         lambda p, ws, d: _with_status_word(p, ws, 2, 7), "cpu"),
+    Row("seq_lens_freed_cached", "paged", "seq_lens whose storage was freed (resized to 0) "
+        "after its layout's first calls (the cached per-call path)", ValueError,
+        _P + "seq_lens is null: expected a valid pointer, got null",
+        lambda p, ws, d: _freed_after_caching(_paged_call, p, ws, "seq_lens")),
+    Row("cu_seqlens_kv_freed_cached", "ragged", "cu_seqlens_kv whose storage was freed "
+        "(resized to 0) after its layout's first calls", ValueError,
+        _R + "cu_seqlens_kv is null: expected a valid pointer, got null",
+        lambda p, ws, d: _freed_after_caching(_ragged_call, p, ws, "cu_seqlens_kv")),
+    Row("raw_op_meta_lse", "paged", "the raw op torch.ops.splitkv.paged_attention with a meta "
+        "lse among real tensors (torch routes the call to the op's fake implementation)",
+        ValueError,
+        _P + "lse device mismatch: expected {device} (q's device), got meta; move lse to "
+        "{device}",
+        lambda p, ws, d: _raw_paged_op(p, ws, lse=torch.empty(p.q.shape[:2], device="meta"))),
 ]
+
+
+def _freed_after_caching(call, p, ws, name):
+    """Two valid calls (the second takes the cached layout's path), then one whose `name`
+    is a copy with its storage resized to nothing (shape kept, data_ptr() 0)."""
+    call(p, ws)
+    call(p, ws)
+    freed = getattr(p, name).clone()
+    freed.untyped_storage().resize_(0)
+    return call(p, ws, **{name: freed})
+
+
+def _raw_paged_op(p, ws, **changes):
+    """torch.ops.splitkv.paged_attention on the valid problem, with some arguments replaced."""
+    args = dict(q=p.q, k_cache=p.kv_cache, v_cache=None, block_tables=p.block_tables,
+                seq_lens=p.seq_lens, workspace=ws.tensor, out=torch.empty_like(p.q), lse=None,
+                cu_seqlens_q=p.cu_seqlens_q, kv_layout=p.kv_layout, sm_scale=None, causal=True,
+                window_left=-1, logits_soft_cap=0.0, num_splits=None, max_q_len=None)
+    args.update(changes)
+    return torch.ops.splitkv.paged_attention(**args)
 
 
 def _with_status_word(p, ws, word, value):
