@@ -152,6 +152,9 @@ def tensor_signature(x):
     return (x.__class__, x.shape, x.stride(), x.dtype, x.device)
 
 
+_MAX_WORKSPACE_BYTES = 2**63 - WORKSPACE_ALIGNMENT
+
+
 class Workspace:
     """A workspace buffer for splitkv's operations, zeroed once when made.
 
@@ -204,6 +207,11 @@ class Workspace:
         if nbytes < COUNTER_REGION_BYTES:
             _checks.fail(op, "nbytes", "too small", f">= {COUNTER_REGION_BYTES} (the counter region)",
                          nbytes)
+        # The allocation adds WORKSPACE_ALIGNMENT - 1 bytes and torch sizes are int64: past
+        # this, torch's own error (an overflow with its C++ backtrace) would name no argument.
+        if nbytes > _MAX_WORKSPACE_BYTES:
+            _checks.fail(op, "nbytes", "too large", f"<= {_MAX_WORKSPACE_BYTES} (2**63 - "
+                         f"{WORKSPACE_ALIGNMENT}: torch sizes are int64)", nbytes)
         device = _checks.workspace_device(op, device)
         # torch's CPU allocator only promises 64-byte alignment: over-allocate and slice.
         raw = torch.zeros(nbytes + WORKSPACE_ALIGNMENT - 1, dtype=torch.uint8, device=device)

@@ -6,6 +6,11 @@ results are bitwise the same on a reused and on a fresh workspace, and run after
 """
 
 import contextlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -154,6 +159,10 @@ def test_workspace_rejects_bad_sizes():
         splitkv.Workspace(4096)
     with pytest.raises(TypeError, match=r"Workspace: nbytes has the wrong type: expected an int"):
         splitkv.Workspace(1.5e7)
+    with pytest.raises(ValueError, match=r"^Workspace: nbytes too large: expected <= "
+                       r"9223372036854775552 \(2\*\*63 - 256: torch sizes are int64\), got "
+                       r"18446744073709551616$"):
+        splitkv.Workspace(2**64)
 
 
 def test_workspace_rejects_bad_devices():
@@ -270,3 +279,35 @@ def test_threads_with_their_own_workspaces():
         assert len(got) == 5
         for out in got:
             harness.assert_bitwise_equal(out, expected)
+
+
+_THREADS_ENV_SCRIPT = """
+import json, sys
+sys.path[:0] = json.loads(sys.argv[1])
+import torch, splitkv
+workspace = splitkv.Workspace(16 << 20)
+q, kv = torch.randn(1, 2, 64), torch.randn(1, 2, 2, 16, 64)
+table, lens = torch.zeros(1, 1, dtype=torch.int32), torch.tensor([16], dtype=torch.int32)
+for attempt in range(2):  # the pool is not made: the next call reads the variable again
+    try:
+        splitkv.paged_attention(q, kv, table, lens, workspace)
+    except ValueError as error:
+        print(error)
+splitkv.check_counter_region(workspace)
+"""
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "2.5", "100000", " 3"])
+def test_bad_thread_count_variable_is_refused(value):
+    # SPLITKV_NUM_THREADS was read with atoi: "abc", "0" and "-1" fell back to the hardware's
+    # count silently, "2.5" gave 2, "100000" failed every call with a thread error naming
+    # nothing. Each is now a ValueError naming the variable, on every CPU call, the counters
+    # untouched. (In a subprocess: the pool is made once per process.)
+    env = dict(os.environ, SPLITKV_NUM_THREADS=value)
+    paths = [str(pathlib.Path(__file__).parent)] + sys.path
+    run = subprocess.run([sys.executable, "-c", _THREADS_ENV_SCRIPT, json.dumps(paths)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    message = (f"splitkv cpu: SPLITKV_NUM_THREADS invalid: expected an int in [1, 1024] (or "
+               f"unset), got '{value}'")
+    assert run.stdout.splitlines() == [message, message]

@@ -1,9 +1,37 @@
 #include "cc/splitkv/cpu/thread_pool.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <thread>
+
+#include "cc/splitkv/errors.h"
 
 namespace splitkv::cpu {
+
+namespace {
+
+constexpr long kMaxEnvThreads = 1024;
+
+// SPLITKV_NUM_THREADS: a decimal int in [1, kMaxEnvThreads]; unset or empty: the hardware's
+// count. Anything else is refused (it was read with atoi: "abc" and "-1" fell back silently,
+// "2.5" gave 2, "100000" failed each call to start its threads, naming nothing).
+int PoolThreads() {
+  const int hardware = static_cast<int>(std::thread::hardware_concurrency());
+  const char* env = std::getenv("SPLITKV_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return hardware;
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(env, &end, 10);
+  // strtol also takes leading spaces and a sign: only digits are an int here.
+  if (*env < '0' || *env > '9' || errno != 0 || *end != '\0' || value < 1 || value > kMaxEnvThreads) {
+    throw InvalidArgument("splitkv cpu: SPLITKV_NUM_THREADS invalid: expected an int in [1, " +
+                          std::to_string(kMaxEnvThreads) + "] (or unset), got '" + std::string(env) + "'");
+  }
+  return static_cast<int>(value);
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
   try {
@@ -28,14 +56,8 @@ void ThreadPool::Stop() {
 }
 
 ThreadPool& ThreadPool::Global() {
-  static ThreadPool* pool = [] {
-    int threads = static_cast<int>(std::thread::hardware_concurrency());
-    if (const char* env = std::getenv("SPLITKV_NUM_THREADS")) {
-      const int requested = std::atoi(env);
-      if (requested > 0) threads = requested;
-    }
-    return new ThreadPool(threads);  // never destroyed: workers may outlive static teardown
-  }();
+  // A throw leaves the pool unmade: the next call reads the variable again.
+  static ThreadPool* pool = new ThreadPool(PoolThreads());  // never destroyed: workers may outlive static teardown
   return *pool;
 }
 
