@@ -15,7 +15,8 @@
 // Execution:
 //   - Backend::kCpu: synchronous. The work runs on a process-wide thread pool
 //     (SPLITKV_NUM_THREADS threads, else the hardware's count, the calling thread
-//     included); out and lse are complete when the call returns. Calls from several
+//     included; a value other than a decimal int in [1, 1024] makes every CPU call throw
+//     InvalidArgument); out and lse are complete when the call returns. Calls from several
 //     threads are serialised inside the pool; each needs its own workspace: a launch
 //     claims its workspace (workspace_layout.h kStatusInUseWord) from its counter check
 //     to its end, and a second launch on it meanwhile throws WorkspaceError ("workspace
