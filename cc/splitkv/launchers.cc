@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -139,6 +140,40 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
                std::to_string(a) + ", " + std::to_string(b));
   }
 }
+
+// A tensor's elements (inner contiguous ones, then `axes` of {count, stride in elements})
+// must lie within 2^63 bytes of its first: past that, index * stride wraps int64 and the
+// address space (a float32 out with stride_token 2^62 put every token's row on row 0, which
+// the overlap check below, counting in int64, let through). An empty tensor spans nothing.
+struct StrideAxis {
+  int64_t count, stride;
+};
+
+void CheckSpan(const ArgChecks& check, const char* tensor, std::initializer_list<StrideAxis> axes, int64_t inner,
+               int64_t element_bytes) {
+  int64_t span = inner;
+  bool overflow = inner < 0;
+  for (const StrideAxis& axis : axes) {
+    if (axis.count <= 0) return;
+    int64_t step = 0;
+    overflow = overflow || __builtin_mul_overflow(axis.count - 1, axis.stride, &step) ||
+               __builtin_add_overflow(span, step, &span);
+  }
+  int64_t bytes = 0;
+  if (overflow || __builtin_mul_overflow(span, element_bytes, &bytes)) {
+    std::string strides;
+    for (const StrideAxis& axis : axes) {
+      strides += (strides.empty() ? "" : ", ") + std::to_string(axis.count) + " x stride " + std::to_string(axis.stride);
+    }
+    check.Fail(std::string(tensor) + " strides", "out of range",
+               "elements within 2^63 bytes of the first (" + std::to_string(element_bytes) + " bytes each)",
+               strides + " (elements)");
+  }
+}
+
+int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
+int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
 
 // Output rows (head_dim elements at token * stride_token + head * stride_head) must not
 // share an element: two rows written to the same place would race and lose one result.
@@ -377,10 +412,20 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
+  const int64_t bytes = DTypeBytes(p.dtype), kv_bytes = KvBytes(p.dtype, p.kv_storage);
+  CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
+  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
   CheckStrides(check, "k_cache", p.k_stride_page, p.k_stride_head);
   CheckStrides(check, "v_cache", p.v_stride_page, p.v_stride_head);
   CheckStrides(check, "k_cache/v_cache slot", p.k_stride_slot, p.v_stride_slot);
+  CheckSpan(check, "k_cache",
+            {{p.num_pages, p.k_stride_page}, {p.num_kv_heads, p.k_stride_head}, {p.page_size, p.k_stride_slot}},
+            p.head_dim, kv_bytes);
+  CheckSpan(check, "v_cache",
+            {{p.num_pages, p.v_stride_page}, {p.num_kv_heads, p.v_stride_head}, {p.page_size, p.v_stride_slot}},
+            p.head_dim, kv_bytes);
+  CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4);
   if (p.total_q > 0) {
     check.NotNull("q", p.q);
     check.NotNull("out", p.out);
@@ -457,6 +502,11 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckStrides(check, "k", p.k_stride_token, p.k_stride_head);
   CheckStrides(check, "v", p.v_stride_token, p.v_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
+  const int64_t bytes = DTypeBytes(p.dtype), kv_bytes = KvBytes(p.dtype, p.kv_storage);
+  CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
+  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
+  CheckSpan(check, "k", {{p.total_kv, p.k_stride_token}, {p.num_kv_heads, p.k_stride_head}}, p.head_dim, kv_bytes);
+  CheckSpan(check, "v", {{p.total_kv, p.v_stride_token}, {p.num_kv_heads, p.v_stride_head}}, p.head_dim, kv_bytes);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
   check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
   check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
