@@ -141,63 +141,9 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
   }
 }
 
-// A tensor's elements (inner contiguous ones, then `axes` of {count, stride in elements})
-// must lie within 2^63 bytes of its first: past that, index * stride wraps int64 and the
-// address space (a float32 out with stride_token 2^62 put every token's row on row 0, which
-// the overlap check below, counting in int64, let through). An empty tensor spans nothing.
-struct StrideAxis {
-  int64_t count, stride;
-};
-
-void CheckSpan(const ArgChecks& check, const char* tensor, std::initializer_list<StrideAxis> axes, int64_t inner,
-               int64_t element_bytes) {
-  int64_t span = inner;
-  bool overflow = inner < 0;
-  for (const StrideAxis& axis : axes) {
-    if (axis.count <= 0) return;
-    int64_t step = 0;
-    overflow = overflow || __builtin_mul_overflow(axis.count - 1, axis.stride, &step) ||
-               __builtin_add_overflow(span, step, &span);
-  }
-  int64_t bytes = 0;
-  if (overflow || __builtin_mul_overflow(span, element_bytes, &bytes)) {
-    std::string strides;
-    for (const StrideAxis& axis : axes) {
-      strides += (strides.empty() ? "" : ", ") + std::to_string(axis.count) + " x stride " + std::to_string(axis.stride);
-    }
-    check.Fail(std::string(tensor) + " strides", "out of range",
-               "elements within 2^63 bytes of the first (" + std::to_string(element_bytes) + " bytes each)",
-               strides + " (elements)");
-  }
-}
-
 int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
 int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
-
-// Output rows (head_dim elements at token * stride_token + head * stride_head) must not
-// share an element: two rows written to the same place would race and lose one result.
-// Axes of one row are ignored; the others, in stride order, must each clear the extent of
-// the ones inside them.
-void CheckDisjointRows(const ArgChecks& check, const char* tensor, int64_t num_tokens,
-                       int64_t stride_token, int64_t num_heads, int64_t stride_head, int64_t head_dim) {
-  struct Axis {
-    int64_t count, stride;
-  };
-  Axis axes[2] = {{num_tokens, stride_token}, {num_heads, stride_head}};
-  if (axes[0].stride > axes[1].stride) std::swap(axes[0], axes[1]);
-  int64_t extent = head_dim;
-  for (const Axis& axis : axes) {
-    if (axis.count <= 1) continue;
-    if (axis.stride < extent) {
-      check.Fail(std::string(tensor) + " strides", "overlap",
-                 "rows of head_dim = " + std::to_string(head_dim) + " elements that share no element",
-                 std::string(tensor) + "_stride_token = " + std::to_string(stride_token) + ", " +
-                     tensor + "_stride_head = " + std::to_string(stride_head));
-    }
-    extent = axis.stride * (axis.count - 1) + extent;
-  }
-}
 
 // cu_seqlens must start at 0, never decrease, end at `total`; returns the largest length.
 int64_t CheckCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* cu, int64_t batch_size,

@@ -32,6 +32,19 @@ void MergeStates(const MergeStatesParams& p) {
                  {"out_stride_token", p.out_stride_token},   {"out_stride_head", p.out_stride_head},
                  {"lse_stride_token", p.lse_stride_token},   {"lse_stride_head", p.lse_stride_head}};
   for (const auto& s : strides) check.AtLeast(s.name, s.value, 0);
+  // Spans within 2^63 bytes, and out's rows and lse's entries each written once (as the
+  // launchers check their out): overlapping rows would race and keep one state's merge.
+  const int64_t bytes = p.dtype == DType::kFloat32 ? 4 : 2;
+  CheckSpan(check, "outs",
+            {{p.num_states, p.outs_stride_state}, {p.total_q, p.outs_stride_token}, {p.num_qo_heads, p.outs_stride_head}},
+            p.head_dim, bytes);
+  CheckSpan(check, "lses",
+            {{p.num_states, p.lses_stride_state}, {p.total_q, p.lses_stride_token}, {p.num_qo_heads, p.lses_stride_head}},
+            1, 4);
+  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
+  CheckSpan(check, "lse", {{p.total_q, p.lse_stride_token}, {p.num_qo_heads, p.lse_stride_head}}, 1, 4);
+  CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
+  CheckDisjointRows(check, "lse", p.total_q, p.lse_stride_token, p.num_qo_heads, p.lse_stride_head, 1);
   if (p.total_q == 0) return;
   check.NotNull("outs", p.outs);
   check.NotNull("lses", p.lses);

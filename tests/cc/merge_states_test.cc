@@ -124,6 +124,17 @@ TEST(BadArgumentsAreNamed) {
   p = problem.Params();
   p.dtype = static_cast<splitkv::DType>(7);
   EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: dtype", "got 7");
+  // out rows / lse entries written twice, and strides past 2^63 bytes, as the launchers refuse.
+  p = problem.Params();
+  p.out_stride_token = 0;
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: out strides overlap",
+                "out_stride_token = 0");
+  p = problem.Params();
+  p.lse_stride_head = 0;
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: lse strides overlap");
+  p = problem.Params();
+  p.outs_stride_state = int64_t{1} << 62;
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: outs strides out of range");
   // Nothing was written by the refused calls.
   for (float x : problem.out) EXPECT_TRUE(std::isnan(x));
   p = problem.Params();
