@@ -143,6 +143,16 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
 
 int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
+struct PointerOf {
+  const char* name;
+  const void* ptr;
+  int64_t element_bytes;
+};
+
+void CheckAlignedPointers(const ArgChecks& check, std::initializer_list<PointerOf> pointers) {
+  for (const PointerOf& p : pointers) check.Aligned(p.name, p.ptr, p.element_bytes);
+}
+
 int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
 
 // cu_seqlens must start at 0, never decrease, end at `total`; returns the largest length.
@@ -380,6 +390,19 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
     check.NotNull("block_tables", p.block_tables);
     check.NotNull("seq_lens", p.seq_lens);
   }
+  CheckAlignedPointers(check, {{"q", p.q, bytes},
+                               {"out", p.out, bytes},
+                               {"lse", p.lse, 4},
+                               {"k_cache", p.k_cache, kv_bytes},
+                               {"v_cache", p.v_cache, kv_bytes},
+                               {"block_tables", p.block_tables, 4},
+                               {"seq_lens", p.seq_lens, 4},
+                               {"cu_seqlens_q", p.cu_seqlens_q, 4},
+                               {"kv_offsets", p.kv_offsets, 4},
+                               {"full_seq_lens", p.full_seq_lens, 4},
+                               {"sinks", p.options.sinks, 4},
+                               {"k_scale", p.kv_storage.k_scales, 4},
+                               {"v_scale", p.kv_storage.v_scales, 4}});
   if ((p.kv_offsets == nullptr) != (p.full_seq_lens == nullptr)) {
     check.Fail("kv_offsets/full_seq_lens", "given without the other", "both or neither",
                p.kv_offsets == nullptr ? "full_seq_lens only" : "kv_offsets only");
@@ -464,6 +487,16 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
     check.NotNull("k", p.k);
     check.NotNull("v", p.v);
   }
+  CheckAlignedPointers(check, {{"q", p.q, bytes},
+                               {"out", p.out, bytes},
+                               {"lse", p.lse, 4},
+                               {"k", p.k, kv_bytes},
+                               {"v", p.v, kv_bytes},
+                               {"cu_seqlens_q", p.cu_seqlens_q, 4},
+                               {"cu_seqlens_kv", p.cu_seqlens_kv, 4},
+                               {"sinks", p.options.sinks, 4},
+                               {"k_scale", p.kv_storage.k_scales, 4},
+                               {"v_scale", p.kv_storage.v_scales, 4}});
 }
 
 // As CheckPagedIndices: cu_seqlens_q and cu_seqlens_kv were checked before the plan.
@@ -573,7 +606,17 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
   }
 }
 
+// An unknown backend value would fall to the CPU branch (a host memset of what may be device
+// memory): refused, as the launchers refuse it.
+void CheckBackendKnown(const char* op, Backend backend) {
+  const auto code = static_cast<int32_t>(backend);
+  if (backend != Backend::kCpu && backend != Backend::kCuda) {
+    ArgChecks(op).Fail("backend", "unknown", "0 (cpu) or 1 (cuda)", std::to_string(code));
+  }
+}
+
 void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream) {
+  CheckBackendKnown("reset_counter_region", backend);
   CheckHoldsCounterRegion("reset_counter_region", workspace.data, workspace.bytes, "a buffer");
   if (backend == Backend::kCuda) {
     cuda::ZeroCounterRegion(workspace.data, stream);
@@ -584,6 +627,7 @@ void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void*
 }
 
 void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream) {
+  CheckBackendKnown(op, backend);
   CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer");
   uint32_t words[kStatusWords] = {};
   if (backend == Backend::kCuda) {

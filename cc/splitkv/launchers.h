@@ -100,11 +100,13 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes);
 // host bytes) and status_host when set. Returns when both are zero. Otherwise zeroes the
 // counter region (CUDA: cudaMemsetAsync on `stream`, then synchronises) and status_host, and
 // throws WorkspaceError naming `op`, the counter index and the value found. Throws
-// WorkspaceError for a null or too small workspace, CudaError if a CUDA call fails.
+// WorkspaceError for a null or too small workspace, InvalidArgument for a backend other than
+// kCpu / kCuda, CudaError if a CUDA call fails.
 void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream);
 
 // Zeroes the counter region of a workspace (CUDA: cudaMemsetAsync on `stream`, no sync) and
 // its status_host: the way back to a usable workspace after a fault, without reallocating.
+// Throws as CheckWorkspaceStatus for a bad workspace or backend.
 void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream);
 
 // True when this build has the CUDA backend (built with --config=cuda); it does not check

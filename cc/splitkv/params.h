@@ -9,10 +9,11 @@
 // every buffer: the launchers never allocate, free or keep a pointer after the call (CPU)
 // or after the enqueued work has run (CUDA: keep the buffers alive until then). Inputs are
 // only read; out, lse and the workspace are written. Fill a struct field by field from its
-// defaults. Null pointers, negative sizes and strides, strides that put a tensor's last
-// element 2^63 bytes or more past its first (index * stride would wrap), and out rows that
-// overlap one another are refused; strides of 0 on inputs are accepted (broadcast); whether
-// out overlaps an input or the workspace is the caller's to ensure (Python checks it).
+// defaults. Null pointers, pointers not aligned to their element size, negative sizes and
+// strides, strides that put a tensor's last element 2^63 bytes or more past its first
+// (index * stride would wrap), and out rows that overlap one another are refused; strides
+// of 0 on inputs are accepted (broadcast); whether out overlaps an input or the workspace is
+// the caller's to ensure (Python checks it).
 //
 // Units: lengths and counts are tokens, heads, pages or elements as named; byte counts end
 // in `bytes`. Logits are in natural-log units (sm_scale multiplies q.k; exp, not exp2).

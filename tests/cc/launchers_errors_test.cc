@@ -193,6 +193,12 @@ TEST(PagedBadArgumentsAreRefused) {
         {"out strides out of range", "elements within 2^63 bytes of the first", "x stride 4611686018427387904"}},
       B{"k_cache page stride wrapping", Kind::kInvalidArgument,
         [](auto&, auto& p) { p.k_stride_page = int64_t{1} << 61; }, {"k_cache strides out of range"}},
+      B{"q misaligned", Kind::kInvalidArgument,
+        [](auto&, auto& p) { p.q = static_cast<const char*>(p.q) + 1; },
+        {"q misaligned", "aligned to its element size", "% 4 = 1"}},
+      B{"seq_lens misaligned", Kind::kInvalidArgument,
+        [](auto&, auto& p) { p.seq_lens = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.seq_lens) + 2); },
+        {"seq_lens misaligned", "% 4 = 2"}},
       B{"block_tables stride wrapping", Kind::kInvalidArgument,
         [](auto&, auto& p) { p.block_tables_stride = int64_t{1} << 62; }, {"block_tables strides out of range"}},
       B{"q null", Kind::kInvalidArgument, [](auto&, auto& p) { p.q = nullptr; }, {"q is null"}},
@@ -353,6 +359,16 @@ TEST(StaleInUseWordAndStatusRecordOnTheCpu) {
   status[2] = 4;  // CheckWorkspaceStatus on the CPU sees every word, not only the code word
   EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
                 "check_workspace: workspace counter region corrupted", "got 4 in its word 2");
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  // An unknown backend value is refused, never taken for the CPU's host memset.
+  const auto unknown = static_cast<splitkv::Backend>(7);
+  ws.counters()[3] = 9;
+  EXPECT_THROWS(InvalidArgument, splitkv::ResetCounterRegion(buffer, unknown, nullptr),
+                "reset_counter_region: backend unknown", "got 7");
+  EXPECT_THROWS(InvalidArgument, splitkv::CheckWorkspaceStatus("check_workspace", buffer, unknown, nullptr),
+                "check_workspace: backend unknown", "got 7");
+  EXPECT_EQ(9u, ws.counters()[3]);  // untouched by the refused calls
+  splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
 }
 
