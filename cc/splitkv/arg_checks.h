@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "cc/splitkv/errors.h"
@@ -66,17 +67,18 @@ class ArgChecks {
 // A tensor's elements (inner contiguous ones, then `axes` of {count, stride in elements})
 // must lie within 2^63 bytes of its first: past that, index * stride wraps int64 and the
 // address space (a float32 out with stride_token 2^62 put every token's row on row 0, which
-// the overlap check below, counting in int64, let through). An empty tensor spans nothing.
+// the overlap check below, counting in int64, let through). Returns the bytes from the first
+// element to the end of the last; an empty tensor spans nothing (0).
 struct StrideAxis {
   int64_t count, stride;
 };
 
-inline void CheckSpan(const ArgChecks& check, const char* tensor, std::initializer_list<StrideAxis> axes,
-                      int64_t inner, int64_t element_bytes) {
+inline int64_t CheckSpan(const ArgChecks& check, const char* tensor, std::initializer_list<StrideAxis> axes,
+                         int64_t inner, int64_t element_bytes) {
   int64_t span = inner;
   bool overflow = inner < 0;
   for (const StrideAxis& axis : axes) {
-    if (axis.count <= 0) return;
+    if (axis.count <= 0) return 0;
     int64_t step = 0;
     overflow = overflow || __builtin_mul_overflow(axis.count - 1, axis.stride, &step) ||
                __builtin_add_overflow(span, step, &span);
@@ -90,6 +92,37 @@ inline void CheckSpan(const ArgChecks& check, const char* tensor, std::initializ
     check.Fail(std::string(tensor) + " strides", "out of range",
                "elements within 2^63 bytes of the first (" + std::to_string(element_bytes) + " bytes each)",
                strides + " (elements)");
+  }
+  return bytes;
+}
+
+// A byte range [begin, begin + bytes) of one argument (bytes 0: absent or empty).
+struct ByteRange {
+  const char* name;
+  const void* begin;
+  int64_t bytes;
+};
+
+// Each output range must share no byte with any range of `others` (the ones a kernel reads
+// while it writes the output, and the workspace): out over seq_lens crashed a CPU launch
+// (its tasks rewrote the lengths others were reading), out over the counter region left
+// counters behind. The Python layer checks these first, with its own messages.
+inline void CheckDisjointFrom(const ArgChecks& check, std::initializer_list<ByteRange> outputs,
+                              std::initializer_list<ByteRange> others) {
+  for (const ByteRange& out : outputs) {
+    if (out.bytes <= 0) continue;
+    const auto a = reinterpret_cast<uintptr_t>(out.begin);
+    for (const ByteRange& other : others) {
+      if (other.bytes <= 0 || std::string_view(other.name) == out.name) continue;  // itself
+      const auto b = reinterpret_cast<uintptr_t>(other.begin);
+      if (a < b + static_cast<uintptr_t>(other.bytes) && b < a + static_cast<uintptr_t>(out.bytes)) {
+        check.Fail(out.name, std::string("overlaps ") + other.name,
+                   std::string("a buffer sharing no byte with ") + other.name,
+                   std::string(out.name) + " bytes [" + std::to_string(a) + ", " + std::to_string(a + out.bytes) +
+                       ") and " + other.name + " bytes [" + std::to_string(b) + ", " +
+                       std::to_string(b + other.bytes) + ")");
+      }
+    }
   }
 }
 

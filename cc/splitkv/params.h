@@ -11,9 +11,10 @@
 // only read; out, lse and the workspace are written. Fill a struct field by field from its
 // defaults. Null pointers, pointers not aligned to their element size, negative sizes and
 // strides, strides that put a tensor's last element 2^63 bytes or more past its first
-// (index * stride would wrap), and out rows that overlap one another are refused; strides
-// of 0 on inputs are accepted (broadcast); whether out overlaps an input or the workspace is
-// the caller's to ensure (Python checks it).
+// (index * stride would wrap), out rows that overlap one another, and out or lse sharing a
+// byte with the index arrays, sinks, per-head scales, the workspace (or lse with out) are
+// refused (byte spans, first to last element); strides of 0 on inputs are accepted
+// (broadcast); whether out overlaps q, k or v is the caller's to ensure (Python checks it).
 //
 // Units: lengths and counts are tokens, heads, pages or elements as named; byte counts end
 // in `bytes`. Logits are in natural-log units (sm_scale multiplies q.k; exp, not exp2).

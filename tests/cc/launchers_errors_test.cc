@@ -199,6 +199,16 @@ TEST(PagedBadArgumentsAreRefused) {
       B{"seq_lens misaligned", Kind::kInvalidArgument,
         [](auto&, auto& p) { p.seq_lens = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.seq_lens) + 2); },
         {"seq_lens misaligned", "% 4 = 2"}},
+      // out written over what the kernels read meanwhile, or over the workspace: refused (out
+      // over seq_lens crashed a CPU launch; out over the counters left them dirty).
+      B{"out over seq_lens", Kind::kInvalidArgument,
+        [](auto&, auto& p) { p.seq_lens = static_cast<const int32_t*>(p.out) + 4; },
+        {"out overlaps seq_lens", "a buffer sharing no byte with seq_lens"}},
+      B{"out over the workspace", Kind::kInvalidArgument,
+        [](auto&, auto& p) { p.out = static_cast<char*>(p.workspace.data) + 64; },
+        {"out overlaps workspace"}},
+      B{"lse over out", Kind::kInvalidArgument,
+        [](auto&, auto& p) { p.lse = static_cast<float*>(p.out); }, {"lse overlaps out"}},
       B{"block_tables stride wrapping", Kind::kInvalidArgument,
         [](auto&, auto& p) { p.block_tables_stride = int64_t{1} << 62; }, {"block_tables strides out of range"}},
       B{"q null", Kind::kInvalidArgument, [](auto&, auto& p) { p.q = nullptr; }, {"q is null"}},
