@@ -370,8 +370,7 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
   const int64_t bytes = DTypeBytes(p.dtype), kv_bytes = KvBytes(p.dtype, p.kv_storage);
   CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
-  const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
-                                     p.head_dim, bytes);
+  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
   CheckStrides(check, "k_cache", p.k_stride_page, p.k_stride_head);
   CheckStrides(check, "v_cache", p.v_stride_page, p.v_stride_head);
@@ -382,8 +381,7 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckSpan(check, "v_cache",
             {{p.num_pages, p.v_stride_page}, {p.num_kv_heads, p.v_stride_head}, {p.page_size, p.v_stride_slot}},
             p.head_dim, kv_bytes);
-  const int64_t table_bytes =
-      CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4);
+  CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4);
   if (p.total_q > 0) {
     check.NotNull("q", p.q);
     check.NotNull("out", p.out);
@@ -409,18 +407,6 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
     check.Fail("kv_offsets/full_seq_lens", "given without the other", "both or neither",
                p.kv_offsets == nullptr ? "full_seq_lens only" : "kv_offsets only");
   }
-  const int64_t per_request = p.batch_size * 4, lse_bytes = p.lse == nullptr ? 0 : p.total_q * p.num_qo_heads * 4;
-  CheckDisjointFrom(check, {{"out", p.out, out_bytes}, {"lse", p.lse, lse_bytes}},
-                    {{"block_tables", p.block_tables, table_bytes},
-                     {"seq_lens", p.seq_lens, per_request},
-                     {"cu_seqlens_q", p.cu_seqlens_q, p.cu_seqlens_q == nullptr ? 0 : per_request + 4},
-                     {"kv_offsets", p.kv_offsets, p.kv_offsets == nullptr ? 0 : per_request},
-                     {"full_seq_lens", p.full_seq_lens, p.full_seq_lens == nullptr ? 0 : per_request},
-                     {"sinks", p.options.sinks, p.options.sinks == nullptr ? 0 : p.num_qo_heads * 4},
-                     {"k_scale", p.kv_storage.k_scales, p.kv_storage.k_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"v_scale", p.kv_storage.v_scales, p.kv_storage.v_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"workspace", p.workspace.data, p.workspace.bytes},
-                     {"out", p.out, out_bytes}});
 }
 
 // Host-readable index data (CPU backend): every value the kernels will use. cu_seqlens were
@@ -458,6 +444,28 @@ void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p, in
   }
 }
 
+// A launch's out and lse (not a plan's: it has neither) share no byte with what the kernels
+// read meanwhile or with the workspace (CheckDisjointFrom). After the shape checks, whose
+// span checks these spans passed.
+void CheckPagedOutputs(const ArgChecks& check, const PagedAttentionParams& p) {
+  const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
+                                      p.head_dim, DTypeBytes(p.dtype));
+  const int64_t table_bytes =
+      CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4);
+  const int64_t per_request = p.batch_size * 4, lse_bytes = p.lse == nullptr ? 0 : p.total_q * p.num_qo_heads * 4;
+  CheckDisjointFrom(check, {{"out", p.out, out_bytes}, {"lse", p.lse, lse_bytes}},
+                    {{"block_tables", p.block_tables, table_bytes},
+                     {"seq_lens", p.seq_lens, per_request},
+                     {"cu_seqlens_q", p.cu_seqlens_q, p.cu_seqlens_q == nullptr ? 0 : per_request + 4},
+                     {"kv_offsets", p.kv_offsets, p.kv_offsets == nullptr ? 0 : per_request},
+                     {"full_seq_lens", p.full_seq_lens, p.full_seq_lens == nullptr ? 0 : per_request},
+                     {"sinks", p.options.sinks, p.options.sinks == nullptr ? 0 : p.num_qo_heads * 4},
+                     {"k_scale", p.kv_storage.k_scales, p.kv_storage.k_scales == nullptr ? 0 : p.num_kv_heads * 4},
+                     {"v_scale", p.kv_storage.v_scales, p.kv_storage.v_scales == nullptr ? 0 : p.num_kv_heads * 4},
+                     {"workspace", p.workspace.data, p.workspace.bytes},
+                     {"out", p.out, out_bytes}});
+}
+
 SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckPagedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
@@ -487,8 +495,7 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
   const int64_t bytes = DTypeBytes(p.dtype), kv_bytes = KvBytes(p.dtype, p.kv_storage);
   CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
-  const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
-                                     p.head_dim, bytes);
+  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
   CheckSpan(check, "k", {{p.total_kv, p.k_stride_token}, {p.num_kv_heads, p.k_stride_head}}, p.head_dim, kv_bytes);
   CheckSpan(check, "v", {{p.total_kv, p.v_stride_token}, {p.num_kv_heads, p.v_stride_head}}, p.head_dim, kv_bytes);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
@@ -512,16 +519,6 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
                                {"sinks", p.options.sinks, 4},
                                {"k_scale", p.kv_storage.k_scales, 4},
                                {"v_scale", p.kv_storage.v_scales, 4}});
-  const int64_t cu_bytes = p.batch_size >= 0 ? (p.batch_size + 1) * 4 : 0;
-  const int64_t lse_bytes = p.lse == nullptr ? 0 : p.total_q * p.num_qo_heads * 4;
-  CheckDisjointFrom(check, {{"out", p.out, out_bytes}, {"lse", p.lse, lse_bytes}},
-                    {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes},
-                     {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes},
-                     {"sinks", p.options.sinks, p.options.sinks == nullptr ? 0 : p.num_qo_heads * 4},
-                     {"k_scale", p.kv_storage.k_scales, p.kv_storage.k_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"v_scale", p.kv_storage.v_scales, p.kv_storage.v_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"workspace", p.workspace.data, p.workspace.bytes},
-                     {"out", p.out, out_bytes}});
 }
 
 // As CheckPagedIndices: cu_seqlens_q and cu_seqlens_kv were checked before the plan.
@@ -543,6 +540,22 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   }
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               max_q, max_kv, p.options, p.workspace);
+}
+
+// As CheckPagedOutputs.
+void CheckRaggedOutputs(const ArgChecks& check, const RaggedAttentionParams& p) {
+  const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
+                                      p.head_dim, DTypeBytes(p.dtype));
+  const int64_t cu_bytes = p.batch_size >= 0 ? (p.batch_size + 1) * 4 : 0;
+  const int64_t lse_bytes = p.lse == nullptr ? 0 : p.total_q * p.num_qo_heads * 4;
+  CheckDisjointFrom(check, {{"out", p.out, out_bytes}, {"lse", p.lse, lse_bytes}},
+                    {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes},
+                     {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes},
+                     {"sinks", p.options.sinks, p.options.sinks == nullptr ? 0 : p.num_qo_heads * 4},
+                     {"k_scale", p.kv_storage.k_scales, p.kv_storage.k_scales == nullptr ? 0 : p.num_kv_heads * 4},
+                     {"v_scale", p.kv_storage.v_scales, p.kv_storage.v_scales == nullptr ? 0 : p.num_kv_heads * 4},
+                     {"workspace", p.workspace.data, p.workspace.bytes},
+                     {"out", p.out, out_bytes}});
 }
 
 // A CPU launch's cu_seqlens are host memory: checked once, before the plan and before
@@ -574,6 +587,7 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
                                    "total_q");
   }
   const SplitPlan plan = PlanPaged(check, params);
+  CheckPagedOutputs(check, params);
   SurfaceRecordedStatus(kPagedOp, params.workspace, params.backend, params.stream);
   if (params.total_q == 0) return plan;
   if (params.backend == Backend::kCuda) {
@@ -596,6 +610,7 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
     CheckHostCuSeqlens(check, "cu_seqlens_kv", params.cu_seqlens_kv, params.batch_size, params.total_kv, "total_kv");
   }
   const SplitPlan plan = PlanRagged(check, params);
+  CheckRaggedOutputs(check, params);
   SurfaceRecordedStatus(kRaggedOp, params.workspace, params.backend, params.stream);
   if (params.total_q == 0) return plan;
   if (params.backend == Backend::kCuda) {
