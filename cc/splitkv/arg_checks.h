@@ -103,25 +103,22 @@ struct ByteRange {
   int64_t bytes;
 };
 
-// Each output range must share no byte with any range of `others` (the ones a kernel reads
-// while it writes the output, and the workspace): out over seq_lens crashed a CPU launch
-// (its tasks rewrote the lengths others were reading), out over the counter region left
+// An output range must share no byte with any range of `others` but itself (the ranges a
+// kernel reads while it writes the output, and the workspace): out over seq_lens crashed a CPU
+// launch (its tasks rewrote the lengths others were reading), out over the counter region left
 // counters behind. The Python layer checks these first, with its own messages.
-inline void CheckDisjointFrom(const ArgChecks& check, std::initializer_list<ByteRange> outputs,
-                              std::initializer_list<ByteRange> others) {
-  for (const ByteRange& out : outputs) {
-    if (out.bytes <= 0) continue;
-    const auto a = reinterpret_cast<uintptr_t>(out.begin);
-    for (const ByteRange& other : others) {
-      if (other.bytes <= 0 || std::string_view(other.name) == out.name) continue;  // itself
-      const auto b = reinterpret_cast<uintptr_t>(other.begin);
-      if (a < b + static_cast<uintptr_t>(other.bytes) && b < a + static_cast<uintptr_t>(out.bytes)) {
-        check.Fail(out.name, std::string("overlaps ") + other.name,
-                   std::string("a buffer sharing no byte with ") + other.name,
-                   std::string(out.name) + " bytes [" + std::to_string(a) + ", " + std::to_string(a + out.bytes) +
-                       ") and " + other.name + " bytes [" + std::to_string(b) + ", " +
-                       std::to_string(b + other.bytes) + ")");
-      }
+template <class Ranges>
+void CheckDisjointFrom(const ArgChecks& check, const ByteRange& out, const Ranges& others) {
+  if (out.bytes <= 0) return;
+  const auto a = reinterpret_cast<uintptr_t>(out.begin);
+  for (const ByteRange& other : others) {
+    if (other.bytes <= 0 || std::string_view(other.name) == out.name) continue;  // itself
+    const auto b = reinterpret_cast<uintptr_t>(other.begin);
+    if (a < b + static_cast<uintptr_t>(other.bytes) && b < a + static_cast<uintptr_t>(out.bytes)) {
+      check.Fail(out.name, std::string("overlaps ") + other.name, std::string("a buffer sharing no byte with ") + other.name,
+                 std::string(out.name) + " bytes [" + std::to_string(a) + ", " + std::to_string(a + out.bytes) +
+                     ") and " + other.name + " bytes [" + std::to_string(b) + ", " + std::to_string(b + other.bytes) +
+                     ")");
     }
   }
 }

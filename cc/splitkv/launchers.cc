@@ -69,6 +69,14 @@ void CheckHostScales(const ArgChecks& check, const KvStorage& kv, int64_t num_kv
 }
 
 // Checks shared by both operations: dtype, heads, head_dim, options, workspace.
+// An unknown backend value would take the CPU branch of a caller that tests for kCuda only
+// (ResetCounterRegion: a host memset of what may be device memory).
+void CheckBackendKnown(const ArgChecks& check, Backend backend) {
+  if (backend != Backend::kCpu && backend != Backend::kCuda) {
+    check.Fail("backend", "unknown", "0 (cpu) or 1 (cuda)", std::to_string(static_cast<int32_t>(backend)));
+  }
+}
+
 void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t num_qo_heads,
                  int64_t num_kv_heads, int64_t head_dim, const AttentionOptions& options,
                  const WorkspaceBuffer& workspace) {
@@ -76,6 +84,7 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
   if (dtype_code < 0 || dtype_code > 2) {
     check.Fail("dtype", "unknown", "0 (float32), 1 (float16) or 2 (bfloat16)", std::to_string(dtype_code));
   }
+  CheckBackendKnown(check, backend);
   if (backend == Backend::kCuda) {
     if (!CudaBackendAvailable()) {
       throw UnsupportedError(std::string(check.op()) +
@@ -91,8 +100,6 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
       throw UnsupportedError(std::string(check.op()) + ": head_dim not supported on cuda: expected "
                              "64, 128 or 256, got " + std::to_string(head_dim));
     }
-  } else if (backend != Backend::kCpu) {
-    check.Fail("backend", "unknown", "0 (cpu) or 1 (cuda)", std::to_string(static_cast<int32_t>(backend)));
   }
   check.AtLeast("num_qo_heads", num_qo_heads, 1);
   check.AtLeast("num_kv_heads", num_kv_heads, 1);
@@ -143,17 +150,38 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
 
 int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
 
+int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
+
+// q's and out's spans (CheckSpan), then out's rows disjoint; strides already >= 0. Params:
+// paged or ragged.
+template <class Params>
+void CheckQueryAndOut(const ArgChecks& check, const Params& p) {
+  const int64_t bytes = DTypeBytes(p.dtype);
+  CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
+  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
+  CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
+}
+
 struct PointerOf {
   const char* name;
   const void* ptr;
   int64_t element_bytes;
 };
 
-void CheckAlignedPointers(const ArgChecks& check, std::initializer_list<PointerOf> pointers) {
-  for (const PointerOf& p : pointers) check.Aligned(p.name, p.ptr, p.element_bytes);
+// Every pointer aligned to its element size: q, out and lse, then the op's own (`inputs`:
+// K/V and index arrays), then sinks and the per-head scales. Params: paged or ragged.
+template <class Params>
+void CheckAlignedPointers(const ArgChecks& check, const Params& p, std::initializer_list<PointerOf> inputs) {
+  const int64_t bytes = DTypeBytes(p.dtype);
+  for (const PointerOf& x : {PointerOf{"q", p.q, bytes}, PointerOf{"out", p.out, bytes}, PointerOf{"lse", p.lse, 4}}) {
+    check.Aligned(x.name, x.ptr, x.element_bytes);
+  }
+  for (const PointerOf& x : inputs) check.Aligned(x.name, x.ptr, x.element_bytes);
+  for (const PointerOf& x : {PointerOf{"sinks", p.options.sinks, 4}, PointerOf{"k_scale", p.kv_storage.k_scales, 4},
+                             PointerOf{"v_scale", p.kv_storage.v_scales, 4}}) {
+    check.Aligned(x.name, x.ptr, x.element_bytes);
+  }
 }
-
-int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
 
 // cu_seqlens must start at 0, never decrease, end at `total`; returns the largest length.
 int64_t CheckCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* cu, int64_t batch_size,
@@ -368,10 +396,8 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
-  const int64_t bytes = DTypeBytes(p.dtype), kv_bytes = KvBytes(p.dtype, p.kv_storage);
-  CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
-  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
-  CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
+  CheckQueryAndOut(check, p);
+  const int64_t kv_bytes = KvBytes(p.dtype, p.kv_storage);
   CheckStrides(check, "k_cache", p.k_stride_page, p.k_stride_head);
   CheckStrides(check, "v_cache", p.v_stride_page, p.v_stride_head);
   CheckStrides(check, "k_cache/v_cache slot", p.k_stride_slot, p.v_stride_slot);
@@ -390,19 +416,14 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
     check.NotNull("block_tables", p.block_tables);
     check.NotNull("seq_lens", p.seq_lens);
   }
-  CheckAlignedPointers(check, {{"q", p.q, bytes},
-                               {"out", p.out, bytes},
-                               {"lse", p.lse, 4},
-                               {"k_cache", p.k_cache, kv_bytes},
-                               {"v_cache", p.v_cache, kv_bytes},
-                               {"block_tables", p.block_tables, 4},
-                               {"seq_lens", p.seq_lens, 4},
-                               {"cu_seqlens_q", p.cu_seqlens_q, 4},
-                               {"kv_offsets", p.kv_offsets, 4},
-                               {"full_seq_lens", p.full_seq_lens, 4},
-                               {"sinks", p.options.sinks, 4},
-                               {"k_scale", p.kv_storage.k_scales, 4},
-                               {"v_scale", p.kv_storage.v_scales, 4}});
+  CheckAlignedPointers(check, p,
+                       {{"k_cache", p.k_cache, kv_bytes},
+                        {"v_cache", p.v_cache, kv_bytes},
+                        {"block_tables", p.block_tables, 4},
+                        {"seq_lens", p.seq_lens, 4},
+                        {"cu_seqlens_q", p.cu_seqlens_q, 4},
+                        {"kv_offsets", p.kv_offsets, 4},
+                        {"full_seq_lens", p.full_seq_lens, 4}});
   if ((p.kv_offsets == nullptr) != (p.full_seq_lens == nullptr)) {
     check.Fail("kv_offsets/full_seq_lens", "given without the other", "both or neither",
                p.kv_offsets == nullptr ? "full_seq_lens only" : "kv_offsets only");
@@ -445,25 +466,42 @@ void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p, in
 }
 
 // A launch's out and lse (not a plan's: it has neither) share no byte with what the kernels
-// read meanwhile or with the workspace (CheckDisjointFrom). After the shape checks, whose
-// span checks these spans passed.
-void CheckPagedOutputs(const ArgChecks& check, const PagedAttentionParams& p) {
+// read meanwhile, or with the workspace (CheckDisjointFrom): for each of out and lse, the
+// op's index arrays (`indices`), then sinks, the per-head scales, the workspace and out. After
+// the shape checks, whose span checks these spans passed. Params: paged or ragged.
+template <class Params>
+void CheckOutputsDisjoint(const ArgChecks& check, const Params& p, std::initializer_list<ByteRange> indices) {
   const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
                                       p.head_dim, DTypeBytes(p.dtype));
-  const int64_t table_bytes =
-      CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4);
-  const int64_t per_request = p.batch_size * 4, lse_bytes = p.lse == nullptr ? 0 : p.total_q * p.num_qo_heads * 4;
-  CheckDisjointFrom(check, {{"out", p.out, out_bytes}, {"lse", p.lse, lse_bytes}},
-                    {{"block_tables", p.block_tables, table_bytes},
-                     {"seq_lens", p.seq_lens, per_request},
-                     {"cu_seqlens_q", p.cu_seqlens_q, p.cu_seqlens_q == nullptr ? 0 : per_request + 4},
-                     {"kv_offsets", p.kv_offsets, p.kv_offsets == nullptr ? 0 : per_request},
-                     {"full_seq_lens", p.full_seq_lens, p.full_seq_lens == nullptr ? 0 : per_request},
-                     {"sinks", p.options.sinks, p.options.sinks == nullptr ? 0 : p.num_qo_heads * 4},
-                     {"k_scale", p.kv_storage.k_scales, p.kv_storage.k_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"v_scale", p.kv_storage.v_scales, p.kv_storage.v_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"workspace", p.workspace.data, p.workspace.bytes},
-                     {"out", p.out, out_bytes}});
+  const auto floats = [](const void* x, int64_t count) { return x == nullptr ? 0 : count * 4; };
+  const ByteRange shared[] = {{"sinks", p.options.sinks, floats(p.options.sinks, p.num_qo_heads)},
+                              {"k_scale", p.kv_storage.k_scales, floats(p.kv_storage.k_scales, p.num_kv_heads)},
+                              {"v_scale", p.kv_storage.v_scales, floats(p.kv_storage.v_scales, p.num_kv_heads)},
+                              {"workspace", p.workspace.data, p.workspace.bytes},
+                              {"out", p.out, out_bytes}};
+  for (const ByteRange& output :
+       {ByteRange{"out", p.out, out_bytes}, ByteRange{"lse", p.lse, floats(p.lse, p.total_q * p.num_qo_heads)}}) {
+    CheckDisjointFrom(check, output, indices);
+    CheckDisjointFrom(check, output, shared);
+  }
+}
+
+void CheckPagedOutputs(const ArgChecks& check, const PagedAttentionParams& p) {
+  const int64_t per_request = p.batch_size * 4;
+  const auto given = [](const void* x, int64_t bytes) { return x == nullptr ? 0 : bytes; };
+  CheckOutputsDisjoint(
+      check, p,
+      {{"block_tables", p.block_tables,
+        CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4)},
+       {"seq_lens", p.seq_lens, per_request},
+       {"cu_seqlens_q", p.cu_seqlens_q, given(p.cu_seqlens_q, per_request + 4)},
+       {"kv_offsets", p.kv_offsets, given(p.kv_offsets, per_request)},
+       {"full_seq_lens", p.full_seq_lens, given(p.full_seq_lens, per_request)}});
+}
+
+void CheckRaggedOutputs(const ArgChecks& check, const RaggedAttentionParams& p) {
+  const int64_t cu_bytes = p.batch_size >= 0 ? (p.batch_size + 1) * 4 : 0;
+  CheckOutputsDisjoint(check, p, {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes}, {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes}});
 }
 
 SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
@@ -493,12 +531,10 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckStrides(check, "k", p.k_stride_token, p.k_stride_head);
   CheckStrides(check, "v", p.v_stride_token, p.v_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
-  const int64_t bytes = DTypeBytes(p.dtype), kv_bytes = KvBytes(p.dtype, p.kv_storage);
-  CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
-  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
+  CheckQueryAndOut(check, p);
+  const int64_t kv_bytes = KvBytes(p.dtype, p.kv_storage);
   CheckSpan(check, "k", {{p.total_kv, p.k_stride_token}, {p.num_kv_heads, p.k_stride_head}}, p.head_dim, kv_bytes);
   CheckSpan(check, "v", {{p.total_kv, p.v_stride_token}, {p.num_kv_heads, p.v_stride_head}}, p.head_dim, kv_bytes);
-  CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
   check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
   check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
   if (p.total_q > 0) {
@@ -509,16 +545,11 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
     check.NotNull("k", p.k);
     check.NotNull("v", p.v);
   }
-  CheckAlignedPointers(check, {{"q", p.q, bytes},
-                               {"out", p.out, bytes},
-                               {"lse", p.lse, 4},
-                               {"k", p.k, kv_bytes},
-                               {"v", p.v, kv_bytes},
-                               {"cu_seqlens_q", p.cu_seqlens_q, 4},
-                               {"cu_seqlens_kv", p.cu_seqlens_kv, 4},
-                               {"sinks", p.options.sinks, 4},
-                               {"k_scale", p.kv_storage.k_scales, 4},
-                               {"v_scale", p.kv_storage.v_scales, 4}});
+  CheckAlignedPointers(check, p,
+                       {{"k", p.k, kv_bytes},
+                        {"v", p.v, kv_bytes},
+                        {"cu_seqlens_q", p.cu_seqlens_q, 4},
+                        {"cu_seqlens_kv", p.cu_seqlens_kv, 4}});
 }
 
 // As CheckPagedIndices: cu_seqlens_q and cu_seqlens_kv were checked before the plan.
@@ -540,22 +571,6 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   }
   return Plan(check.op(), traits, p.total_q, p.num_qo_heads, p.head_dim, p.batch_size, p.num_kv_heads,
               max_q, max_kv, p.options, p.workspace);
-}
-
-// As CheckPagedOutputs.
-void CheckRaggedOutputs(const ArgChecks& check, const RaggedAttentionParams& p) {
-  const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
-                                      p.head_dim, DTypeBytes(p.dtype));
-  const int64_t cu_bytes = p.batch_size >= 0 ? (p.batch_size + 1) * 4 : 0;
-  const int64_t lse_bytes = p.lse == nullptr ? 0 : p.total_q * p.num_qo_heads * 4;
-  CheckDisjointFrom(check, {{"out", p.out, out_bytes}, {"lse", p.lse, lse_bytes}},
-                    {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes},
-                     {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes},
-                     {"sinks", p.options.sinks, p.options.sinks == nullptr ? 0 : p.num_qo_heads * 4},
-                     {"k_scale", p.kv_storage.k_scales, p.kv_storage.k_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"v_scale", p.kv_storage.v_scales, p.kv_storage.v_scales == nullptr ? 0 : p.num_kv_heads * 4},
-                     {"workspace", p.workspace.data, p.workspace.bytes},
-                     {"out", p.out, out_bytes}});
 }
 
 // A CPU launch's cu_seqlens are host memory: checked once, before the plan and before
@@ -646,17 +661,8 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
   }
 }
 
-// An unknown backend value would fall to the CPU branch (a host memset of what may be device
-// memory): refused, as the launchers refuse it.
-void CheckBackendKnown(const char* op, Backend backend) {
-  const auto code = static_cast<int32_t>(backend);
-  if (backend != Backend::kCpu && backend != Backend::kCuda) {
-    ArgChecks(op).Fail("backend", "unknown", "0 (cpu) or 1 (cuda)", std::to_string(code));
-  }
-}
-
 void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream) {
-  CheckBackendKnown("reset_counter_region", backend);
+  CheckBackendKnown(ArgChecks("reset_counter_region"), backend);
   CheckHoldsCounterRegion("reset_counter_region", workspace.data, workspace.bytes, "a buffer");
   if (backend == Backend::kCuda) {
     cuda::ZeroCounterRegion(workspace.data, stream);
@@ -667,7 +673,7 @@ void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void*
 }
 
 void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream) {
-  CheckBackendKnown(op, backend);
+  CheckBackendKnown(ArgChecks(op), backend);
   CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer");
   uint32_t words[kStatusWords] = {};
   if (backend == Backend::kCuda) {
