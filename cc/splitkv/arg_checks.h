@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "cc/splitkv/errors.h"
+#include "cc/splitkv/params.h"
 
 namespace splitkv {
 
@@ -61,6 +62,22 @@ class ArgChecks {
  private:
   const char* op_;
 };
+
+// The backend code of a C++ caller's params (a Python caller's is always one of the two).
+// An unknown value would take the CPU branch of code that tests for kCuda only
+// (ResetCounterRegion: a host memset of what may be device memory).
+inline void CheckBackendKnown(const ArgChecks& check, Backend backend) {
+  if (backend != Backend::kCpu && backend != Backend::kCuda) {
+    check.Fail("backend", "unknown", "0 (cpu) or 1 (cuda)", std::to_string(static_cast<int32_t>(backend)));
+  }
+}
+
+inline void CheckDTypeKnown(const ArgChecks& check, DType dtype) {
+  const auto code = static_cast<int32_t>(dtype);
+  if (code < 0 || code > 2) {
+    check.Fail("dtype", "unknown", "0 (float32), 1 (float16) or 2 (bfloat16)", std::to_string(code));
+  }
+}
 
 // Stride checks shared by the launchers and merge_states.
 

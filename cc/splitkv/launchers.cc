@@ -69,21 +69,10 @@ void CheckHostScales(const ArgChecks& check, const KvStorage& kv, int64_t num_kv
 }
 
 // Checks shared by both operations: dtype, heads, head_dim, options, workspace.
-// An unknown backend value would take the CPU branch of a caller that tests for kCuda only
-// (ResetCounterRegion: a host memset of what may be device memory).
-void CheckBackendKnown(const ArgChecks& check, Backend backend) {
-  if (backend != Backend::kCpu && backend != Backend::kCuda) {
-    check.Fail("backend", "unknown", "0 (cpu) or 1 (cuda)", std::to_string(static_cast<int32_t>(backend)));
-  }
-}
-
 void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t num_qo_heads,
                  int64_t num_kv_heads, int64_t head_dim, const AttentionOptions& options,
                  const WorkspaceBuffer& workspace) {
-  const auto dtype_code = static_cast<int32_t>(dtype);
-  if (dtype_code < 0 || dtype_code > 2) {
-    check.Fail("dtype", "unknown", "0 (float32), 1 (float16) or 2 (bfloat16)", std::to_string(dtype_code));
-  }
+  CheckDTypeKnown(check, dtype);
   CheckBackendKnown(check, backend);
   if (backend == Backend::kCuda) {
     if (!CudaBackendAvailable()) {

@@ -16,13 +16,8 @@ void MergeStates(const MergeStatesParams& p) {
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("num_qo_heads", p.num_qo_heads, 1);
   check.AtLeast("head_dim", p.head_dim, 1);
-  if (p.dtype != DType::kFloat32 && p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
-    check.Fail("dtype", "unsupported", "float32, float16 or bfloat16 (0, 1, 2)",
-               std::to_string(static_cast<int>(p.dtype)));
-  }
-  if (p.backend != Backend::kCpu && p.backend != Backend::kCuda) {
-    check.Fail("backend", "unsupported", "cpu or cuda (0, 1)", std::to_string(static_cast<int>(p.backend)));
-  }
+  CheckDTypeKnown(check, p.dtype);
+  CheckBackendKnown(check, p.backend);
   const struct {
     const char* name;
     int64_t value;

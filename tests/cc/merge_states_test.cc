@@ -123,7 +123,11 @@ TEST(BadArgumentsAreNamed) {
   EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: lse is null");
   p = problem.Params();
   p.dtype = static_cast<splitkv::DType>(7);
-  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: dtype", "got 7");
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: dtype unknown", "got 7");
+  p = problem.Params();
+  p.backend = static_cast<splitkv::Backend>(5);  // never the CPU's branch for an unknown code
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: backend unknown",
+                "expected 0 (cpu) or 1 (cuda)", "got 5");
   // out rows / lse entries written twice, and strides past 2^63 bytes, as the launchers refuse.
   p = problem.Params();
   p.out_stride_token = 0;
