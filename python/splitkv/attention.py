@@ -3,7 +3,8 @@
 The public functions and their plans. Turning tensors into the C++ param structs, the
 torch-side checks and the cache of validated layouts that keeps a call's host time low
 live in _calls.py (shared with ops.py); values are validated by the C++ core, whose errors
-arrive as ValueError; nothing here computes a workspace offset.
+arrive as ValueError; nothing here computes a workspace offset. The parameter
+paragraphs both operations share (sinks, batch_invariant, out, ...) live in _docs.py.
 """
 
 import dataclasses
@@ -11,6 +12,7 @@ import dataclasses
 import torch
 
 from splitkv import _calls
+from splitkv import _docs
 from splitkv import _splitkv
 from splitkv import ops
 from splitkv.workspace import WorkspaceLayout
@@ -53,6 +55,7 @@ class Plan:
 # ---- paged ----
 
 
+@_docs.shared_params
 def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlens_q=None,
                     kv_layout="HND", sm_scale=None, causal=True, window_left=-1,
                     logits_soft_cap=0.0, num_splits=None, return_lse=False, out=None,
@@ -97,9 +100,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         ``total_q``, for several query tokens per request. Default None: one per request.
     kv_layout : {"HND", "NHD"}, default "HND"
         Layout of ``kv_cache``.
-    sm_scale : float, optional
-        Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``. The scaled logits
-        are float32: one past float32's range (3.4e38) gives that row NaN or inf, unchecked.
+    @sm_scale@
     causal : bool, default True
         Query ``i`` of a request with ``q_len`` queries and ``kv_len`` keys sees keys
         ``j <= kv_len - q_len + i`` (aligned to the end of the KV; with ``kv_offsets``,
@@ -107,55 +108,19 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     window_left : int, default -1
         Sliding window: a query at position ``p`` also needs ``j >= p - window_left``
         (at most ``window_left + 1`` keys with ``causal``). -1: no window.
-    logits_soft_cap : float, default 0.0
-        ``c > 0`` turns each scaled logit ``s`` into ``c * tanh(s / c)``; 0 disables it.
+    @logits_soft_cap@
     num_splits : int, optional
         Splits of each request's KV. Default None: the planner chooses and lowers the
         count to what the workspace holds. An int >= 1 forces it; a forced count the
         workspace cannot hold raises ValueError (see :func:`plan_paged_attention`).
-    return_lse : bool, default False
-        Also return the log-sum-exp.
-    out : torch.Tensor, optional
-        ``[total_q, num_qo_heads, head_dim]``, q's dtype and device, last dimension dense:
-        written in place and returned; its version counter moves, as with torch's own out=
-        ops. Not one that requires grad, nor an inference tensor outside inference mode.
-        Default: a new tensor.
+    @return_lse@
+    @out@
     max_q_len : int, optional
         Keyword-only upper bound on q_len over requests. Default None: 1, or computed on
         the host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid
         the sync, e.g. under CUDA graph capture).
-    batch_invariant : bool, default False
-        Keyword-only. True: each request's ``out`` and ``lse`` are bitwise the same whatever
-        batch it runs in (other requests, their count and order), whatever the workspace
-        size and CPU thread count, however its prefill is chunked, and whether a token is
-        computed in a prefill or a decode (same backend, build and CPU instruction set).
-        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the
-        CPU, 2048 on CUDA: the plan's ``invariant_split_keys``). Bits differ
-        from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
-        On CUDA (sm_90, 16-bit K/V, head_dim 64/128, up to 16 qo heads per kv head)
-        prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
-        (and what it declines) a decode-kernel path that reduces rows in its order (the
-        same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-3 %
-        at batch >= 8 (3.6-6.3 % where the invariant grid runs past one wave and the
-        default's does not: 8 x 16384, 12 x 8192), 0 % at 1 x 32768 (9 % at 1 x 131072) and
-        prefill 0.5-2 % at 1 x 4096 and 8 x 2048, 2-10 % at 4 x 4096 and 1 x 16384 against the
-        default (README "Batch invariance"); invariance holds among calls whose K/V rows
-        share one 16-byte alignment. The workspace must hold every split's partials,
-        ``ceil(max_kv_len / invariant_split_keys)`` of them (ValueError otherwise), except
-        where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA
-        the calls the wgmma prefill serves (its CTAs fold the splits), which need only the
-        counter region.
-    sinks : torch.Tensor, optional
-        Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
-        device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
-        units, not multiplied by ``sm_scale`` nor soft-capped) whose value is zero:
-        ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
-        ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
-        ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
-        sink for that head. Default None: no sinks. Sinks and per-head scale tensors
-        enter the cache of validated layouts by their layout, not their values: each
-        layer's own tensors take the per-call path.
+    @batch_invariant@
+    @sinks@
     k_scale, v_scale : float or torch.Tensor, optional
         Keyword-only, for an fp8 cache and required with one: K/V of dtype
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
@@ -292,6 +257,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
 # ---- ragged ----
 
 
+@_docs.shared_params
 def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=True,
                      sm_scale=None, window_left=-1, logits_soft_cap=0.0, num_splits=None,
                      return_lse=False, out=None, max_q_len=None, batch_invariant=False,
@@ -322,25 +288,17 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         later bytes may hold anything. One call at a time per workspace.
     causal : bool, default True
         Query ``i`` sees keys ``j <= kv_len - q_len + i`` (aligned to the end of the KV).
-    sm_scale : float, optional
-        Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``. The scaled logits
-        are float32: one past float32's range (3.4e38) gives that row NaN or inf, unchecked.
+    @sm_scale@
     window_left : int, default -1
         Sliding window: a query at position ``p`` also needs ``j >= p - window_left``.
         -1: no window.
-    logits_soft_cap : float, default 0.0
-        ``c > 0`` turns each scaled logit ``s`` into ``c * tanh(s / c)``; 0 disables it.
+    @logits_soft_cap@
     num_splits : int, optional
         Splits of each request's KV. Default None: the planner chooses and lowers the
         count to what the workspace holds. An int >= 1 forces it; a forced count the
         workspace cannot hold raises ValueError (see :func:`plan_ragged_attention`).
-    return_lse : bool, default False
-        Also return the log-sum-exp.
-    out : torch.Tensor, optional
-        ``[total_q, num_qo_heads, head_dim]``, q's dtype and device, last dimension dense:
-        written in place and returned; its version counter moves, as with torch's own out=
-        ops. Not one that requires grad, nor an inference tensor outside inference mode.
-        Default: a new tensor.
+    @return_lse@
+    @out@
     max_q_len : int, optional
         Keyword-only upper bound on q_len over requests (ValueError below the longest
         query on the CPU; on CUDA, which does not read cu_seqlens_q on the host, the rows
@@ -348,38 +306,8 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         no bound: ``total_q`` is used (always safe; more query tiles are planned). Default
         None: computed on the host from ``cu_seqlens_q`` (a device sync for CUDA tensors;
         pass it to avoid the sync, e.g. under CUDA graph capture).
-    batch_invariant : bool, default False
-        Keyword-only. True: each request's ``out`` and ``lse`` are bitwise the same whatever
-        batch it runs in (other requests, their count and order), whatever the workspace
-        size and CPU thread count, however its prefill is chunked, and whether a token is
-        computed in a prefill or a decode (same backend, build and CPU instruction set).
-        Split-KV stays on: splits are cut at absolute KV positions (1024 keys on the
-        CPU, 2048 on CUDA: the plan's ``invariant_split_keys``). Bits differ
-        from the default mode's. ``num_splits`` must then be None (ValueError otherwise).
-        On CUDA (sm_90, 16-bit K/V, head_dim 64/128, up to 16 qo heads per kv head)
-        prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
-        (and what it declines) a decode-kernel path that reduces rows in its order (the
-        same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-        other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-3 %
-        at batch >= 8 (3.6-6.3 % where the invariant grid runs past one wave and the
-        default's does not: 8 x 16384, 12 x 8192), 0 % at 1 x 32768 (9 % at 1 x 131072) and
-        prefill 0.5-2 % at 1 x 4096 and 8 x 2048, 2-10 % at 4 x 4096 and 1 x 16384 against the
-        default (README "Batch invariance"); invariance holds among calls whose K/V rows
-        share one 16-byte alignment. The workspace must hold every split's partials,
-        ``ceil(max_kv_len / invariant_split_keys)`` of them (ValueError otherwise), except
-        where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA
-        the calls the wgmma prefill serves (its CTAs fold the splits), which need only the
-        counter region.
-    sinks : torch.Tensor, optional
-        Keyword-only attention sinks: ``[num_qo_heads]`` float32, contiguous, on q's
-        device. ``sinks[h]`` is one extra logit of every row of qo head ``h`` (natural-log
-        units, not multiplied by ``sm_scale`` nor soft-capped) whose value is zero:
-        ``p_j = exp(s_j) / (exp(sinks[h]) + sum_k exp(s_k))``, and the LSE becomes
-        ``log(exp(sinks[h]) + sum_k exp(s_k))``; a row that sees no key gets out 0 and LSE
-        ``sinks[h]``. Entered once per row whatever ``num_splits`` is. ``-inf`` means no
-        sink for that head. Default None: no sinks. Sinks and per-head scale tensors
-        enter the cache of validated layouts by their layout, not their values: each
-        layer's own tensors take the per-call path.
+    @batch_invariant@
+    @sinks@
     k_scale, v_scale : float or torch.Tensor, optional
         Keyword-only, for an fp8 cache and required with one: K/V of dtype
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
