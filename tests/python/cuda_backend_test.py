@@ -84,9 +84,10 @@ def _paged_problem(case, device):
         kv_form=case["form"], q_lens=q_lens, seed=zlib.crc32(harness.case_id(case).encode()))
 
 
-@pytest.mark.parametrize("case", _PAGED_CASES, ids=harness.case_id)
-def test_paged_matches_reference_and_cpu(case):
-    problem = _paged_problem(case, "cuda")
+def _check_against_reference_and_cpu(kind, make_problem, case):
+    """One CUDA call of `case` (NaN-poisoned out, garbage in the workspace's scratch)
+    against float64 and the CPU backend; the counter region zero after it."""
+    problem = make_problem(case, "cuda")
     workspace = harness.shared_workspace("cuda")
     harness.fill_garbage(workspace)
     options = dict(_OPTIONS[case["options"]], num_splits=case["num_splits"], return_lse=True)
@@ -100,12 +101,16 @@ def test_paged_matches_reference_and_cpu(case):
     harness.assert_close(got, expected, case["dtype"])
     harness.assert_lse_close(lse, expected_lse)
 
-    cpu_problem = _paged_problem(case, "cpu")
-    cpu_out, cpu_lse = cpu_problem.run(harness.shared_workspace("cpu"), **options)
+    cpu_out, _ = make_problem(case, "cpu").run(harness.shared_workspace("cpu"), **options)
     _check_against_cpu(got, cpu_out, case["dtype"])
     abs_err, rel_err = _errors(got, expected)
-    _record("paged", harness.case_id(case), num_splits=plan.num_splits, max_abs_err=abs_err,
+    _record(kind, harness.case_id(case), num_splits=plan.num_splits, max_abs_err=abs_err,
             rel_err=rel_err, max_abs_diff_cpu=_errors(got, cpu_out.to(torch.float64))[0])
+
+
+@pytest.mark.parametrize("case", _PAGED_CASES, ids=harness.case_id)
+def test_paged_matches_reference_and_cpu(case):
+    _check_against_reference_and_cpu("paged", _paged_problem, case)
 
 
 # Long decode tiles on the sm_90 kernel's tensor copies (head_dim 256 through its K/V ring):
@@ -201,26 +206,7 @@ def _ragged_problem(case, device):
 
 @pytest.mark.parametrize("case", _RAGGED_CASES, ids=harness.case_id)
 def test_ragged_matches_reference_and_cpu(case):
-    problem = _ragged_problem(case, "cuda")
-    workspace = harness.shared_workspace("cuda")
-    harness.fill_garbage(workspace)
-    options = dict(_OPTIONS[case["options"]], num_splits=case["num_splits"], return_lse=True)
-    out = torch.full_like(problem.q, float("nan"))
-    plan = problem.plan(workspace, **options)
-    got, lse = problem.run(workspace, out=out, **options)
-    torch.cuda.synchronize()
-    harness.assert_counter_region_zero(workspace)
-
-    expected, expected_lse = problem.reference(**options)
-    harness.assert_close(got, expected, case["dtype"])
-    harness.assert_lse_close(lse, expected_lse)
-
-    cpu_problem = _ragged_problem(case, "cpu")
-    cpu_out, _ = cpu_problem.run(harness.shared_workspace("cpu"), **options)
-    _check_against_cpu(got, cpu_out, case["dtype"])
-    abs_err, rel_err = _errors(got, expected)
-    _record("ragged", harness.case_id(case), num_splits=plan.num_splits, max_abs_err=abs_err,
-            rel_err=rel_err, max_abs_diff_cpu=_errors(got, cpu_out.to(torch.float64))[0])
+    _check_against_reference_and_cpu("ragged", _ragged_problem, case)
 
 
 # ---- the workspace contract under many launches ----
