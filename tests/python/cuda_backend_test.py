@@ -320,14 +320,7 @@ def test_cuda_graph_replays_paged_decode():
 
     rng = random.Random(11)
     new_inputs(rng)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()  # warm-up outside capture (module load, attribute setting)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _, lse = step()  # replays write this captured lse tensor
+    graph, (_, lse) = harness.capture_graph(step)  # replays write this captured lse tensor
     worst = 0.0
     for replay in range(100):
         lens = new_inputs(rng)
@@ -382,14 +375,7 @@ def test_cuda_graph_replays_ragged_prefill():
 
     rng = random.Random(12)
     new_inputs(rng)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _, lse = step()  # replays write this captured lse tensor
+    graph, (_, lse) = harness.capture_graph(step)  # replays write this captured lse tensor
     worst = 0.0
     for replay in range(100):
         new_inputs(rng)

@@ -134,6 +134,21 @@ def fill_garbage(workspace, value=float("nan")):
     tail.view(torch.float32).fill_(value)
 
 
+def capture_graph(fn):
+    """Runs ``fn()`` once on a side stream (warm-up: module loads, first-call caches), then
+    captures a second call in a CUDA graph, as torch's capture notes ask. Returns the graph
+    and what the captured call returned (tensors its replays write)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = fn()
+    return graph, captured
+
+
 def pairwise(factors, seed=0):
     """A small list of cases covering every pair of values of any two factors.
 

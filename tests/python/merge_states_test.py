@@ -192,14 +192,7 @@ def test_cuda_graph_replay_gives_the_eager_bits():
     outs = torch.randn(4, 16, 8, 128, generator=g).to(torch.bfloat16).cuda()
     lses = (torch.randn(4, 16, 8, generator=g) * 3).cuda()
     eager = splitkv.merge_states(outs, lses)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        splitkv.merge_states(outs, lses)  # warm-up off the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = splitkv.merge_states(outs, lses)
+    graph, captured = harness.capture_graph(lambda: splitkv.merge_states(outs, lses))
     captured[0].fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()

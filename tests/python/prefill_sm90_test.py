@@ -148,14 +148,7 @@ def test_cuda_graph_replays():
     workspace = splitkv.Workspace(16 << 20, "cuda")
     out = torch.empty_like(problem.q)
     options = dict(num_splits=1, max_q_len=max(q_lens), sm_scale=0.1, return_lse=True, out=out)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        problem.run(workspace, **options)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        _, lse = problem.run(workspace, **options)
+    graph, (_, lse) = harness.capture_graph(lambda: problem.run(workspace, **options))
     for _ in range(3):
         for x in (problem.q, problem.k, problem.v):
             x.copy_(torch.randn(x.shape, device="cuda").to(dtype))
