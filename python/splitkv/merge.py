@@ -3,7 +3,7 @@
 The same merge the kernels do between splits of one launch, one level up: between launches,
 devices or ranks (splitkv.distributed). float32/float16/bfloat16 run the C++ core's
 MergeStates (cc/splitkv/merge_states.h: one loop on the CPU, one kernel launch on CUDA,
-graph-capturable); float64 runs the same formula in torch ops. Fixed order, so a result is
+graph-capturable); float64 runs the same formula in torch ops, in float64. Fixed order, so a result is
 bitwise the same run to run.
 """
 
@@ -32,6 +32,9 @@ def _check(outs, lses):
         _checks.fail(_OP, "lses", "shape mismatch", f"{tuple(outs.shape[:3])} (outs.shape[:3])",
                      tuple(lses.shape))
     _checks.at_least(_OP, "outs.shape[0]", outs.shape[0], 1, "one partial per key set")
+    # As the core refuses them (num_qo_heads, head_dim >= 1), for every dtype alike.
+    _checks.at_least(_OP, "outs.shape[2]", outs.shape[2], 1, "num_qo_heads")
+    _checks.at_least(_OP, "outs.shape[3]", outs.shape[3], 1, "head_dim")
 
 
 def merge_states(outs, lses):
@@ -70,18 +73,19 @@ def merge_states(outs, lses):
     Returns
     -------
     out : torch.Tensor
-        ``[total_q, num_qo_heads, head_dim]``, outs' dtype, contiguous (accumulated in
-        float32; a float64 ``outs`` is merged in float64).
+        ``[total_q, num_qo_heads, head_dim]``, outs' dtype, contiguous (weights and sums
+        in float32; a float64 ``outs`` is merged in float64 throughout, its lses widened
+        first). Forward only: no autograd graph is recorded, whatever outs.requires_grad is.
     lse : torch.Tensor
-        ``[total_q, num_qo_heads]`` float32, contiguous.
+        ``[total_q, num_qo_heads]`` float32, contiguous (from float64 for a float64 outs).
 
     Raises
     ------
     TypeError
         outs or lses not a tensor, outs not floating point, lses not float32.
     ValueError
-        A wrong rank, lses' shape other than ``outs.shape[:3]``, ``n`` = 0, or the two on
-        different devices.
+        A wrong rank, lses' shape other than ``outs.shape[:3]``, ``n``, num_qo_heads or
+        head_dim 0, or the two on different devices.
 
     Example
     -------
@@ -117,9 +121,11 @@ def _merge_core(outs, lses):
     return out, lse
 
 
+@torch.no_grad()  # forward only, as the core's path
 def _merge_torch(outs, lses):
     """The same formula in torch ops (float64, or a device the core does not run on)."""
     acc_dtype = torch.float64 if outs.dtype == torch.float64 else torch.float32
+    lses = lses.to(acc_dtype)  # float64: weights, total and lse in float64 too
     empty = lses == float("-inf")
     m = lses.amax(dim=0)
     # Rows with no key anywhere: M is -inf; 0 keeps exp() away from -inf - -inf = NaN.
@@ -138,4 +144,4 @@ def _merge_torch(outs, lses):
         # a NaN weight (NaN in lses) is not 0, so it propagates.
         out = out + torch.where(weights[s].unsqueeze(-1) != 0, term, torch.zeros_like(term))
     lse = m + torch.log(total)
-    return out.to(outs.dtype), lse
+    return out.to(outs.dtype), lse.to(torch.float32)

@@ -488,6 +488,14 @@ ROWS = [
         _M + "outs.shape[0] out of range: expected >= 1 (one partial per key set), got 0",
         lambda p, ws, d: splitkv.merge_states(torch.zeros(0, 5, 4, 8, device=d),
                                               torch.zeros(0, 5, 4, device=d)), op="merge"),
+    Row("merge_no_heads", "paged", "outs with 0 heads", ValueError,
+        _M + "outs.shape[2] out of range: expected >= 1 (num_qo_heads), got 0",
+        lambda p, ws, d: splitkv.merge_states(torch.zeros(3, 5, 0, 8, device=d),
+                                              torch.zeros(3, 5, 0, device=d)), op="merge"),
+    Row("merge_no_head_dim", "paged", "outs with head_dim 0 (float64 too)", ValueError,
+        _M + "outs.shape[3] out of range: expected >= 1 (head_dim), got 0",
+        lambda p, ws, d: splitkv.merge_states(torch.zeros(3, 5, 4, 0, dtype=torch.float64, device=d),
+                                              torch.zeros(3, 5, 4, device=d)), op="merge"),
     # ---- paged: kv_offsets / full_seq_lens (keys as a shard of longer requests) ----
     Row("kv_offsets_alone", "paged", "kv_offsets without full_seq_lens", ValueError,
         _P + "kv_offsets/full_seq_lens given without the other: expected both or neither, got "

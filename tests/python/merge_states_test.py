@@ -144,7 +144,8 @@ def test_nan_in_lses_propagates(device):
 
 
 def _formula(outs, lses):
-    """The docstring's arithmetic in float64 torch ops: the core's float32 result is close."""
+    """The docstring's arithmetic in float64 torch ops (lse rounded to float32): the core's
+    float32 result is close."""
     return splitkv.merge._merge_torch(outs.double(), lses.double())
 
 
@@ -164,7 +165,7 @@ def test_every_column_of_odd_and_wide_head_dims(device, dtype, head_dim):
     want_out, want_lse = _formula(outs, lses)
     tol = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
     torch.testing.assert_close(out.double(), want_out, atol=tol, rtol=tol)
-    torch.testing.assert_close(lse.double(), want_lse, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(lse.double(), want_lse.double(), atol=1e-5, rtol=1e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -197,3 +198,42 @@ def test_cuda_graph_replay_gives_the_eager_bits():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float64_is_merged_in_float64(device):
+    # The weights, their total and the lse from the float32 lses widened to float64: the
+    # docstring's formula in float64 to float64's rounding (float32 weights were off by
+    # ~1e-7 relative).
+    harness.require(device, backend=False)
+    g = torch.Generator().manual_seed(21)
+    outs = torch.randn(3, 7, 2, 16, generator=g, dtype=torch.float64).to(device)
+    lses = (torch.randn(3, 7, 2, generator=g) * 5).to(device)
+    lses[2, 3] = _NEG_INF
+    out, lse = splitkv.merge_states(outs, lses)
+    wide = lses.double()
+    m = wide.amax(0)
+    weights = torch.exp(wide - m)
+    total = weights.sum(0)
+    expected = (weights.unsqueeze(-1) * outs).sum(0) / total.unsqueeze(-1)
+    assert out.dtype == torch.float64 and lse.dtype == torch.float32
+    torch.testing.assert_close(out, expected, atol=1e-14, rtol=1e-14)
+    assert torch.equal(lse, (m + torch.log(total)).float())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_no_autograd_graph_for_any_dtype(dtype):
+    outs = torch.randn(2, 3, 2, 8, dtype=dtype, requires_grad=True)
+    out, lse = splitkv.merge_states(outs, torch.randn(2, 3, 2))
+    assert not out.requires_grad and out.grad_fn is None and not lse.requires_grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shape, message", [
+    ((2, 4, 0, 8), "outs.shape[2] out of range: expected >= 1 (num_qo_heads), got 0"),
+    ((2, 4, 2, 0), "outs.shape[3] out of range: expected >= 1 (head_dim), got 0"),
+])
+def test_zero_heads_or_head_dim_are_refused_for_every_dtype(dtype, shape, message):
+    with pytest.raises(ValueError) as caught:
+        splitkv.merge_states(torch.randn(shape, dtype=dtype), torch.randn(shape[:3]))
+    assert str(caught.value) == "merge_states: " + message
