@@ -155,6 +155,23 @@ def tensor_signature(x):
 _MAX_WORKSPACE_BYTES = 2**63 - WORKSPACE_ALIGNMENT
 
 
+def checked_nbytes(op, name, nbytes):
+    """A workspace size as an int in [COUNTER_REGION_BYTES, 2**63 - WORKSPACE_ALIGNMENT]
+    (anything with __index__ but a bool), or TypeError / ValueError naming ``name``: the
+    Workspace's check, and that of whoever sizes one for later."""
+    if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
+        _checks.fail(op, name, "has the wrong type", "an int", repr(nbytes), error=TypeError)
+    nbytes = nbytes.__index__()
+    if nbytes < COUNTER_REGION_BYTES:
+        _checks.fail(op, name, "too small", f">= {COUNTER_REGION_BYTES} (the counter region)", nbytes)
+    # The allocation adds WORKSPACE_ALIGNMENT - 1 bytes and torch sizes are int64: past
+    # this, torch's own error (an overflow with its C++ backtrace) would name no argument.
+    if nbytes > _MAX_WORKSPACE_BYTES:
+        _checks.fail(op, name, "too large", f"<= {_MAX_WORKSPACE_BYTES} (2**63 - "
+                     f"{WORKSPACE_ALIGNMENT}: torch sizes are int64)", nbytes)
+    return nbytes
+
+
 class Workspace:
     """A workspace buffer for splitkv's operations, zeroed once when made.
 
@@ -201,17 +218,7 @@ class Workspace:
 
     def __init__(self, nbytes, device="cpu"):
         op = "Workspace"
-        if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
-            _checks.fail(op, "nbytes", "has the wrong type", "an int", repr(nbytes), error=TypeError)
-        nbytes = nbytes.__index__()
-        if nbytes < COUNTER_REGION_BYTES:
-            _checks.fail(op, "nbytes", "too small", f">= {COUNTER_REGION_BYTES} (the counter region)",
-                         nbytes)
-        # The allocation adds WORKSPACE_ALIGNMENT - 1 bytes and torch sizes are int64: past
-        # this, torch's own error (an overflow with its C++ backtrace) would name no argument.
-        if nbytes > _MAX_WORKSPACE_BYTES:
-            _checks.fail(op, "nbytes", "too large", f"<= {_MAX_WORKSPACE_BYTES} (2**63 - "
-                         f"{WORKSPACE_ALIGNMENT}: torch sizes are int64)", nbytes)
+        nbytes = checked_nbytes(op, "nbytes", nbytes)
         device = _checks.workspace_device(op, device)
         # torch's CPU allocator only promises 64-byte alignment: over-allocate and slice.
         raw = torch.zeros(nbytes + WORKSPACE_ALIGNMENT - 1, dtype=torch.uint8, device=device)

@@ -238,6 +238,12 @@ def test_register_refuses_a_workspace_below_the_counter_region():
         splitkv_hf.register(workspace_bytes=2.0)
     assert str(caught.value) == register + ("workspace_bytes has the wrong type: expected an "
                                             "int, got 2.0")
+    # Refused here, not at the first forward (where splitkv.Workspace would have named nbytes).
+    with pytest.raises(ValueError) as caught:
+        splitkv_hf.register(workspace_bytes=2**70)
+    assert str(caught.value) == register + (f"workspace_bytes too large: expected <= {2**63 - 256} "
+                                            f"(2**63 - 256: torch sizes are int64), got {2**70}")
+    assert splitkv_hf._workspace_bytes == splitkv_hf.DEFAULT_WORKSPACE_BYTES  # unchanged
 
 
 def _fake_cache():
@@ -267,9 +273,21 @@ _PREFIX = "splitkv.integrations.transformers: "
     (dict(write_index=[torch.arange(4)]),
      "write_index size mismatch: expected 3 (one slot per new token; padded batches for CUDA "
      "graphs are not supported), got 4"),
-], ids=["dropout", "block_table", "padded_batch"])
+    (dict(sliding_window=-1),
+     "sliding_window unsupported: expected None, 0 (no window) or an int >= 1 (a token sees "
+     "itself and the sliding_window - 1 before it), got -1"),
+    (dict(sliding_window=2.7),  # never truncated to a window of 2
+     "sliding_window unsupported: expected None, 0 (no window) or an int >= 1 (a token sees "
+     "itself and the sliding_window - 1 before it), got 2.7"),
+    (dict(query_batch=2),  # a second batch row was silently left out before
+     "query shape unsupported: expected [1, heads, total_q, head_dim] (continuous batching's "
+     "packed batch), got (2, 8, 3, 64)"),
+], ids=["dropout", "block_table", "padded_batch", "negative_window", "float_window", "batch_of_2"])
 def test_layer_call_refusals(edit, message):
     module, q, k, kwargs = _layer_inputs()
+    edit = dict(edit)
+    if "query_batch" in edit:
+        q = q.expand(edit.pop("query_batch"), -1, -1, -1)
     kwargs.update(edit)
     with pytest.raises(ValueError) as caught:
         splitkv_hf.paged_attention_forward(module, q, k, k, None, **kwargs)

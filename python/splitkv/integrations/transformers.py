@@ -55,6 +55,7 @@ except ImportError as error:  # the optional dependency is missing: say how to g
         "transformers>=5.17 (pip install 'splitkv[transformers]'), got: " + str(error)) from error
 
 import splitkv
+from splitkv import workspace as workspace_module
 
 _OP = "splitkv.integrations.transformers"
 # The name transformers' continuous batching looks up: its paged implementations are
@@ -79,7 +80,8 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
     Parameters
     ----------
     workspace_bytes : int, default 64 MiB
-        Size of each device's :class:`splitkv.Workspace`, made on first use (>= 8 MiB).
+        Size of each device's :class:`splitkv.Workspace`, made on first use (>= 8 MiB;
+        checked here as the Workspace checks its ``nbytes``).
         Applies to workspaces made after this call.
 
     Returns
@@ -94,16 +96,13 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
     TypeError
         workspace_bytes is not an int.
     ValueError
-        workspace_bytes is below ``splitkv.COUNTER_REGION_BYTES``.
+        workspace_bytes is below ``splitkv.COUNTER_REGION_BYTES`` or above
+        ``2**63 - splitkv.WORKSPACE_ALIGNMENT``.
     """
     global _workspace_bytes
-    if isinstance(workspace_bytes, bool) or not isinstance(workspace_bytes, int):
-        raise TypeError(f"{_OP}.register: workspace_bytes has the wrong type: expected an int, "
-                        f"got {workspace_bytes!r}")
-    if workspace_bytes < splitkv.COUNTER_REGION_BYTES:
-        raise ValueError(f"{_OP}.register: workspace_bytes too small: expected >= "
-                         f"{splitkv.COUNTER_REGION_BYTES} (the counter region), got {workspace_bytes}")
-    _workspace_bytes = workspace_bytes
+    # Checked now, as splitkv.Workspace will (which makes it on first use).
+    _workspace_bytes = workspace_module.checked_nbytes(f"{_OP}.register", "workspace_bytes",
+                                                       workspace_bytes)
     AttentionInterface.register("splitkv", paged_attention_forward)
     AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
     return ATTN_IMPLEMENTATION
@@ -151,9 +150,12 @@ def _layer_window(module, kwargs):
     """(layer type, window_left): transformers' sliding_window W lets a token see itself
     and the W - 1 before it."""
     window = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
-    if not window:
+    if window is None or window is False or window == 0:  # transformers' "no window"
         return "full_attention", -1
-    return "sliding_attention", int(window) - 1
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        _refuse("sliding_window unsupported", "None, 0 (no window) or an int >= 1 (a token "
+                "sees itself and the sliding_window - 1 before it)", repr(window))
+    return "sliding_attention", window - 1
 
 
 def _block_tables(cache, group, read_index, cu_seqlens_kv, max_seqlen_kv):
@@ -226,8 +228,9 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     ------
     ValueError
         No paged cache (a forward outside continuous batching), dropout != 0, a decode
-        fast-path block table, a padded batch (CUDA graphs), or any of splitkv's own
-        refusals (dtype, head_dim, ...).
+        fast-path block table, a padded batch (CUDA graphs), query / key / value not
+        ``[1, heads, total_q, head_dim]``, a sliding_window that is not None, 0 or an int
+        >= 1, or any of splitkv's own refusals (dtype, head_dim, ...).
     """
     cache = kwargs.get("cache")
     if cache is None:
@@ -250,6 +253,12 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
 
     group, layer_in_group = cache.layer_index_to_group_indices[module.layer_idx]
     read_index, write_index = kwargs["read_index"][group], kwargs["write_index"][group]
+    # Continuous batching packs every request into one sequence: a batch dimension of 1.
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[0] != 1:
+            _refuse(f"{name} shape unsupported", "[1, heads, total_q, head_dim] (continuous "
+                    "batching's packed batch)", tuple(x.shape) if isinstance(x, torch.Tensor)
+                    else type(x).__name__)
     # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim] views (dense head_dim).
     q = query[0].transpose(0, 1)
     k = key[0].transpose(0, 1)
