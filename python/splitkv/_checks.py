@@ -267,10 +267,14 @@ def _not_a_number(value):
 
 
 def integer(op, name, value, minimum, expected):
-    # Options take Python (or numpy) scalars only (_not_a_number).
-    if _not_a_number(value) or not hasattr(value, "__index__"):
-        fail(op, name, "has the wrong type", "an int", _type_text(value), error=TypeError)
-    value = value.__index__()
+    # Options take Python (or numpy) scalars only (_not_a_number). A Python int is taken as it
+    # is: torch.compile traces a symbolic int (dynamic=True, or a value that changed between
+    # calls) as one, and cannot trace hasattr or __index__ on it; the comparisons below then
+    # become guards on it.
+    if type(value) is not int and not isinstance(value, torch.SymInt):  # noqa: E721 - Dynamo traces type(), not __class__
+        if _not_a_number(value) or not hasattr(value, "__index__"):
+            fail(op, name, "has the wrong type", "an int", _type_text(value), error=TypeError)
+        value = value.__index__()
     if value < minimum:
         fail(op, name, "out of range", expected, value)
     if value > _INT32_MAX:  # the C++ options are int32
@@ -286,13 +290,14 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 def real(op, name, value):
     """A Python float that float32 represents: 0, NaN/inf as given, or a normal magnitude."""
-    if _not_a_number(value) or not hasattr(value, "__float__"):
-        fail(op, name, "has the wrong type", "a float", _type_text(value), error=TypeError)
-    try:
-        value = float(value)
-    except OverflowError:  # an int past float64's range
-        fail(op, name, "not representable in float32", "0 or a magnitude in [1.2e-38, 3.4e38]",
-             f"an int of {value.bit_length()} bits")
+    if type(value) is not float and not isinstance(value, torch.SymFloat):  # noqa: E721 - as integer()
+        if _not_a_number(value) or not hasattr(value, "__float__"):
+            fail(op, name, "has the wrong type", "a float", _type_text(value), error=TypeError)
+        try:
+            value = float(value)
+        except OverflowError:  # an int past float64's range
+            fail(op, name, "not representable in float32", "0 or a magnitude in [1.2e-38, 3.4e38]",
+                 f"an int of {value.bit_length()} bits")
     if value != 0 and _FLOAT32_MIN_NORMAL > abs(value) or _FLOAT32_MAX < abs(value) < float("inf"):
         fail(op, name, "not representable in float32",
              "0 or a magnitude in [1.2e-38, 3.4e38]", repr(value))

@@ -17,14 +17,29 @@ batch_invariant, sinks, k_scale, k_scales, v_scale, v_scales) -> ()``
 Each op writes ``out`` (and ``lse`` when given) and declares ``workspace`` mutated too: the
 split counters in its first bytes are read, modified and written back to zero, and the
 softmax and scratch regions are overwritten. The compiler therefore keeps the calls in
-order and passes the caller's buffers themselves (no copies). ``v_cache`` is None when
+order, and inductor passes the caller's buffers themselves (no copies) when they are the
+compiled function's inputs. Functionalization without re-inplacing copies a mutated
+argument instead: the ``aot_eager`` backend does for every call, and inductor for a
+workspace sliced inside the compiled function; the call is then made on that copy (a
+workspace's worth of copying each call), which on the CPU torch aligns to 64 bytes, so it
+may be refused as misaligned. Pass the workspace (a :class:`splitkv.Workspace` or your
+256-byte-aligned buffer) into the compiled function as it is. As torch requires of every
+custom op, ``out`` and ``lse`` must not alias another argument under torch.compile (the
+eager calls refuse it; compiled, torch may fail first with an error of its own).
+``v_cache`` is None when
 ``k_cache`` is the whole 5-D cache. An fp8 cache's scales come as a float (``k_scale``)
 or a tensor (``k_scales``), the other None.
 
-Validation: the functions check Python types (what the op schema would otherwise refuse
-with a less helpful message); every other check runs inside the op, on the real tensors,
-through the same code as the eager functions, so errors read the same whether compiled or
-not. The fake (meta) implementations declare that nothing new is returned, and refuse
+Validation: the functions check Python types and option values (what the op schema would
+otherwise refuse with a less helpful message); every other check runs inside the op, on
+the real tensors, through the same code as the eager functions, so errors read the same
+whether compiled or not. An int or float option that torch.compile traces as a symbol
+(``dynamic=True``, or a value that changed between calls, as a server's ``max_q_len``
+does) is checked by the op on its real value. A refusal of the functions' own checks is
+raised while Dynamo traces: without ``fullgraph`` torch then runs the call eagerly and the
+ValueError / TypeError is raised as such; with ``fullgraph=True`` torch reports it as its
+own ``torch._dynamo.exc.Unsupported`` ("Observed exception"), whose text holds splitkv's
+message. The fake (meta) implementations declare that nothing new is returned, and refuse
 tensors on different devices: torch sends a call with one meta tensor among real ones to
 them, where it would otherwise do nothing.
 

@@ -197,6 +197,50 @@ def test_plain_functions_compile_through_the_ops():
     harness.assert_counter_region_zero(workspace)
 
 
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_compiled_calls_take_symbolic_scalars(dynamic):
+    """An int option that changes between calls (a server's max_q_len per batch) becomes a
+    symbol on the recompile (or at once with dynamic=True): the checks take it as an int
+    (Dynamo could not trace their hasattr on it) and each call equals the eager one bitwise."""
+    @torch.compile(fullgraph=True, dynamic=dynamic, backend="eager")
+    def prefill(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, max_q_len, window_left,
+                num_splits):
+        return splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
+                                        max_q_len=max_q_len, window_left=window_left,
+                                        num_splits=num_splits, return_lse=True)
+
+    r = _ragged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+    for max_q_len, window_left, num_splits in [(40, 50, 2), (41, 60, 3), (57, 70, 4), (40, 9, 2)]:
+        args = (r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv, workspace)
+        options = dict(max_q_len=max_q_len, window_left=window_left, num_splits=num_splits)
+        got = prefill(*args, **options)
+        eager = splitkv.ragged_attention(*args, return_lse=True, **options)
+        harness.assert_bitwise_equal(got[0], eager[0])
+        harness.assert_bitwise_equal(got[1], eager[1])
+        harness.assert_close(got[0], r.reference(window_left=window_left)[0], r.dtype)
+        harness.assert_counter_region_zero(workspace)
+
+
+def test_trace_time_refusals():
+    """A refusal of an option raised while Dynamo traces: without fullgraph torch runs the
+    call eagerly, so the error is splitkv's own; with fullgraph torch reports it as its
+    Unsupported ("Observed exception"), whose text carries splitkv's message (ops.py)."""
+    p = _paged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+    args = (p.q, p.kv_cache, p.block_tables, p.seq_lens, workspace)
+    message = ("paged_attention: num_splits out of range: expected None (the planner chooses) "
+               "or an int >= 1, got 0")
+    with pytest.raises(ValueError) as caught:
+        torch.compile(splitkv.ops.paged_attention, backend="eager")(*args, num_splits=0)
+    assert str(caught.value) == message
+    with pytest.raises(Exception) as caught:  # noqa: B017 - torch's own exception class
+        torch.compile(splitkv.ops.paged_attention, fullgraph=True, backend="eager")(
+            *args, num_splits=0)
+    assert message in str(caught.value)
+    harness.assert_counter_region_zero(workspace)
+
+
 # Bad arguments of a paged call: what is wrong -> how the message starts.
 BAD_PAGED = {
     "seq_lens_int64": "paged_attention: seq_lens dtype unsupported",
