@@ -246,6 +246,16 @@ def test_register_refuses_a_workspace_below_the_counter_region():
     assert splitkv_hf._workspace_bytes == splitkv_hf.DEFAULT_WORKSPACE_BYTES  # unchanged
 
 
+def test_register_refuses_other_transformers_versions(monkeypatch):
+    monkeypatch.setattr(splitkv_hf.transformers, "__version__", "5.25.0")
+    with pytest.raises(ImportError) as caught:
+        splitkv_hf.register()
+    assert str(caught.value) == (
+        "splitkv.integrations.transformers.register: transformers version unsupported: expected "
+        "5.17.x (later releases changed the paged cache and closed continuous batching to other "
+        "attention implementations), got 5.25.0")
+
+
 def _fake_cache():
     """Just what paged_attention_forward reads before its first check on the batch."""
     return types.SimpleNamespace(layer_index_to_group_indices={0: (0, 0)})

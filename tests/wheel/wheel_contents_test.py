@@ -107,7 +107,8 @@ def test_metadata_names_dependencies_and_python(wheel_path):
     assert metadata["Name"] == "splitkv"
     assert metadata["Version"] == f"{splitkv.__version__}+{_flavour()}"
     assert metadata.get_all("Requires-Dist") == [
-        "torch>=2.4", 'transformers>=5.17,<6; extra == "transformers"']
+        "torch>=2.4", 'transformers>=5.17,<5.18; extra == "transformers"',
+        'psutil; extra == "transformers"']
     assert metadata.get_all("Provides-Extra") == ["transformers"]
     assert metadata["Requires-Python"] == f"=={sys.version_info.major}.{sys.version_info.minor}.*"
     assert "splitkv.paged_attention" in metadata.get_payload()

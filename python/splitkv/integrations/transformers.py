@@ -38,7 +38,9 @@ Not supported (each refused with an error naming it): transformers' decode fast 
 the batch, dropout, and a forward outside continuous batching (no paged cache).
 
 Importing this module needs transformers (the ``transformers`` extra); ``import splitkv``
-does not import it.
+does not import it. Transformers 5.17 only (:data:`SUPPORTED_TRANSFORMERS`): 5.18 changed the
+paged cache's layer groups, and from 5.20 continuous batching accepts no attention
+implementation but its own ('paged|eager', 'sdpa', flash); :func:`register` refuses others.
 """
 
 import math
@@ -48,16 +50,19 @@ import weakref
 import torch
 
 try:
+    import transformers
     from transformers import AttentionInterface
 except ImportError as error:  # the optional dependency is missing: say how to get it
     raise ImportError(
         "splitkv.integrations.transformers: transformers not importable: expected "
-        "transformers>=5.17 (pip install 'splitkv[transformers]'), got: " + str(error)) from error
+        "transformers 5.17 (pip install '<splitkv wheel>[transformers]'), got: " + str(error)) from error
 
 import splitkv
 from splitkv import workspace as workspace_module
 
 _OP = "splitkv.integrations.transformers"
+# The transformers minor version whose continuous batching this adapter drives (tested).
+SUPPORTED_TRANSFORMERS = "5.17"
 # The name transformers' continuous batching looks up: its paged implementations are
 # "paged|<name>"; a model loaded with "splitkv" is switched to it by generate_batch.
 ATTN_IMPLEMENTATION = "paged|splitkv"
@@ -93,6 +98,8 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
 
     Raises
     ------
+    ImportError
+        The installed transformers is not 5.17.x.
     TypeError
         workspace_bytes is not an int.
     ValueError
@@ -100,6 +107,12 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
         ``2**63 - splitkv.WORKSPACE_ALIGNMENT``.
     """
     global _workspace_bytes
+    version = transformers.__version__
+    if version.split(".")[:2] != SUPPORTED_TRANSFORMERS.split("."):
+        raise ImportError(f"{_OP}.register: transformers version unsupported: expected "
+                          f"{SUPPORTED_TRANSFORMERS}.x (later releases changed the paged cache and "
+                          f"closed continuous batching to other attention implementations), got "
+                          f"{version}")
     # Checked now, as splitkv.Workspace will (which makes it on first use).
     _workspace_bytes = workspace_module.checked_nbytes(f"{_OP}.register", "workspace_bytes",
                                                        workspace_bytes)
