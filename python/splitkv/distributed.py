@@ -178,7 +178,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
         theirs (torch.distributed's timeout).
     RuntimeError
         From torch.distributed (no default group, a backend that does not support the
-        tensors' device).
+        tensors' device). Nothing checks that the ranks agree (that would take a host
+        sync): ranks whose q differs in shape or dtype make the all-gather records differ
+        in size, which gloo answers by aborting the process (seen with torch 2.13) and
+        NCCL may answer with a hang or garbage; a rank with ``total_q = 0`` while others
+        have rows makes no collective, so the others wait or fail when it exits.
 
     Example
     -------
