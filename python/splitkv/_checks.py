@@ -270,8 +270,8 @@ def integer(op, name, value, minimum, expected):
     # Options take Python (or numpy) scalars only (_not_a_number). A Python int is taken as it
     # is: torch.compile traces a symbolic int (dynamic=True, or a value that changed between
     # calls) as one, and cannot trace hasattr or __index__ on it; the comparisons below then
-    # become guards on it.
-    if type(value) is not int and not isinstance(value, torch.SymInt):  # noqa: E721 - Dynamo traces type(), not __class__
+    # become guards on it. type(), not __class__ or isinstance: Dynamo traces type() alone.
+    if type(value) is not int and not isinstance(value, torch.SymInt):  # noqa: E721
         if _not_a_number(value) or not hasattr(value, "__index__"):
             fail(op, name, "has the wrong type", "an int", _type_text(value), error=TypeError)
         value = value.__index__()
@@ -290,7 +290,8 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 def real(op, name, value):
     """A Python float that float32 represents: 0, NaN/inf as given, or a normal magnitude."""
-    if type(value) is not float and not isinstance(value, torch.SymFloat):  # noqa: E721 - as integer()
+    # A Python float or a traced symbol as it is, as in integer().
+    if type(value) is not float and not isinstance(value, torch.SymFloat):  # noqa: E721
         if _not_a_number(value) or not hasattr(value, "__float__"):
             fail(op, name, "has the wrong type", "a float", _type_text(value), error=TypeError)
         try:

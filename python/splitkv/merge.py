@@ -3,8 +3,8 @@
 The same merge the kernels do between splits of one launch, one level up: between launches,
 devices or ranks (splitkv.distributed). float32/float16/bfloat16 run the C++ core's
 MergeStates (cc/splitkv/merge_states.h: one loop on the CPU, one kernel launch on CUDA,
-graph-capturable); float64 runs the same formula in torch ops, in float64. Fixed order, so a result is
-bitwise the same run to run.
+graph-capturable); float64 runs the same formula in torch ops, in float64. Fixed order, so
+a result is bitwise the same run to run.
 """
 
 import torch

@@ -26,9 +26,8 @@ may be refused as misaligned. Pass the workspace (a :class:`splitkv.Workspace` o
 256-byte-aligned buffer) into the compiled function as it is. As torch requires of every
 custom op, ``out`` and ``lse`` must not alias another argument under torch.compile (the
 eager calls refuse it; compiled, torch may fail first with an error of its own).
-``v_cache`` is None when
-``k_cache`` is the whole 5-D cache. An fp8 cache's scales come as a float (``k_scale``)
-or a tensor (``k_scales``), the other None.
+``v_cache`` is None when ``k_cache`` is the whole 5-D cache. An fp8 cache's scales come as
+a float (``k_scale``) or a tensor (``k_scales``), the other None.
 
 Validation: the functions check Python types and option values (what the op schema would
 otherwise refuse with a less helpful message); every other check runs inside the op, on
