@@ -156,8 +156,10 @@ inline void CheckDisjointRows(const ArgChecks& check, const char* tensor, int64_
   for (const Axis& axis : axes) {
     if (axis.count <= 1) continue;
     if (axis.stride < extent) {
+      // head_dim 1 is lse's: one float per (token, head), not a row.
       check.Fail(std::string(tensor) + " strides", "overlap",
-                 "rows of head_dim = " + std::to_string(head_dim) + " elements that share no element",
+                 head_dim == 1 ? std::string("one element per (token, head), each its own")
+                               : "rows of head_dim = " + std::to_string(head_dim) + " elements that share no element",
                  std::string(tensor) + "_stride_token = " + std::to_string(stride_token) + ", " +
                      tensor + "_stride_head = " + std::to_string(stride_head));
     }

@@ -662,6 +662,9 @@ void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void*
 }
 
 void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream) {
+  // `op` only names the caller in messages, but a null one would reach std::string's
+  // constructor (std::logic_error, not one of ours).
+  if (op == nullptr) ArgChecks("check_workspace_status").Fail("op", "is null", "the caller's name for messages", "null");
   CheckBackendKnown(ArgChecks(op), backend);
   CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer");
   uint32_t words[kStatusWords] = {};

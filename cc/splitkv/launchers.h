@@ -83,7 +83,8 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params);
 // The plan a call with these params would use, without running it: validates shapes,
 // options and the workspace's address and size, reads no tensor or workspace bytes, and
 // writes nothing. The same exceptions as the launchers, minus the index-value and counter
-// checks. On CUDA it queries the current device's SM count (cached per device). Use it to
+// checks and the overlap checks of out and lse (a plan has no outputs: the Python plan
+// functions pass a placeholder address for them). On CUDA it queries the current device's SM count (cached per device). Use it to
 // report the workspace layout or to size a workspace before the first launch.
 SplitPlan PlanPagedAttention(const PagedAttentionParams& params);
 SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params);
@@ -100,8 +101,8 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes);
 // host bytes) and status_host when set. Returns when both are zero. Otherwise zeroes the
 // counter region (CUDA: cudaMemsetAsync on `stream`, then synchronises) and status_host, and
 // throws WorkspaceError naming `op`, the counter index and the value found. Throws
-// WorkspaceError for a null or too small workspace, InvalidArgument for a backend other than
-// kCpu / kCuda, CudaError if a CUDA call fails.
+// WorkspaceError for a null or too small workspace, InvalidArgument for a null `op` or a
+// backend other than kCpu / kCuda, CudaError if a CUDA call fails.
 void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream);
 
 // Zeroes the counter region of a workspace (CUDA: cudaMemsetAsync on `stream`, no sync) and

@@ -2,6 +2,7 @@
 #include "cc/splitkv/merge_states.h"
 
 #include <string>
+#include <tuple>
 
 #include "cc/splitkv/arg_checks.h"
 #include "cc/splitkv/backend.h"
@@ -30,14 +31,18 @@ void MergeStates(const MergeStatesParams& p) {
   // Spans within 2^63 bytes, and out's rows and lse's entries each written once (as the
   // launchers check their out): overlapping rows would race and keep one state's merge.
   const int64_t bytes = p.dtype == DType::kFloat32 ? 4 : 2;
-  CheckSpan(check, "outs",
-            {{p.num_states, p.outs_stride_state}, {p.total_q, p.outs_stride_token}, {p.num_qo_heads, p.outs_stride_head}},
-            p.head_dim, bytes);
-  CheckSpan(check, "lses",
-            {{p.num_states, p.lses_stride_state}, {p.total_q, p.lses_stride_token}, {p.num_qo_heads, p.lses_stride_head}},
-            1, 4);
-  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
-  CheckSpan(check, "lse", {{p.total_q, p.lse_stride_token}, {p.num_qo_heads, p.lse_stride_head}}, 1, 4);
+  const int64_t outs_bytes = CheckSpan(
+      check, "outs",
+      {{p.num_states, p.outs_stride_state}, {p.total_q, p.outs_stride_token}, {p.num_qo_heads, p.outs_stride_head}},
+      p.head_dim, bytes);
+  const int64_t lses_bytes = CheckSpan(
+      check, "lses",
+      {{p.num_states, p.lses_stride_state}, {p.total_q, p.lses_stride_token}, {p.num_qo_heads, p.lses_stride_head}},
+      1, 4);
+  const int64_t out_bytes =
+      CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
+  const int64_t lse_bytes =
+      CheckSpan(check, "lse", {{p.total_q, p.lse_stride_token}, {p.num_qo_heads, p.lse_stride_head}}, 1, 4);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
   CheckDisjointRows(check, "lse", p.total_q, p.lse_stride_token, p.num_qo_heads, p.lse_stride_head, 1);
   if (p.total_q == 0) return;
@@ -45,6 +50,21 @@ void MergeStates(const MergeStatesParams& p) {
   check.NotNull("lses", p.lses);
   check.NotNull("out", p.out);
   check.NotNull("lse", p.lse);
+  // Element-aligned pointers (the CUDA kernel's loads fault otherwise; the CPU's are
+  // undefined), and out / lse sharing no byte with what the merge reads or with each other:
+  // a row merged in place over outs would be read after it was overwritten by another state's
+  // weight (the launchers refuse the same for their out and lse).
+  for (const auto& [name, ptr, element_bytes] :
+       {std::tuple<const char*, const void*, int64_t>{"outs", p.outs, bytes}, {"lses", p.lses, 4},
+        {"out", p.out, bytes}, {"lse", p.lse, 4}}) {
+    check.Aligned(name, ptr, element_bytes);
+  }
+  const ByteRange ranges[] = {{"outs", p.outs, outs_bytes},
+                              {"lses", p.lses, lses_bytes},
+                              {"out", p.out, out_bytes},
+                              {"lse", p.lse, lse_bytes}};
+  CheckDisjointFrom(check, ranges[2], ranges);
+  CheckDisjointFrom(check, ranges[3], ranges);
   if (p.backend == Backend::kCuda) {
     cuda::MergeStates(p);
   } else {

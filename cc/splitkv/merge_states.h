@@ -14,7 +14,8 @@ namespace splitkv {
 
 // Strides are in elements and >= 0; the head_dim stride of outs and out is 1. Memory: host
 // for Backend::kCpu, the current device's for kCuda (then enqueued on `stream`, no sync,
-// no allocation: graph-capturable). out and lse must not overlap outs or lses.
+// no allocation: graph-capturable). Pointers aligned to their element size; out and lse
+// share no byte with outs, lses or each other (refused, as the launchers refuse theirs).
 struct MergeStatesParams {
   // outs [num_states, total_q, num_qo_heads, head_dim] of `dtype`: partial s normalised over
   // its own key set K_s.
@@ -49,9 +50,9 @@ struct MergeStatesParams {
 //           adds exactly 0 whatever outs[s] holds (NaN included); total == 0 gives out 0
 //   lse   = M + log(total)   (-inf where every state is empty)
 // One state above -inf gives its out and lse back bit for bit (w_s / total is exactly 1).
-// Throws InvalidArgument (a count, stride or null pointer; message "merge_states: <arg>
-// <problem>: expected <X>, got <Y>"), UnsupportedError (kCuda in a build without it),
-// CudaError (the launch failed).
+// Throws InvalidArgument (a count, stride, null or misaligned pointer, or an overlap of out
+// or lse with another buffer; message "merge_states: <arg> <problem>: expected <X>, got
+// <Y>"), UnsupportedError (kCuda in a build without it), CudaError (the launch failed).
 void MergeStates(const MergeStatesParams& params);
 
 }  // namespace splitkv

@@ -181,7 +181,10 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
         tensors' device). Nothing checks that the ranks agree (that would take a host
         sync): ranks whose q differs in shape or dtype make the all-gather records differ
         in size, which gloo answers by aborting the process (seen with torch 2.13) and
-        NCCL may answer with a hang or garbage; a rank with ``total_q = 0`` while others
+        NCCL may answer with a hang or garbage; ranks whose q differ in shape but not in
+        bytes (``[8, 32, 128]`` beside ``[16, 16, 128]``) gather without error and merge
+        rows of other tokens or heads: the output is wrong, silently. A rank with
+        ``total_q = 0`` while others
         have rows makes no collective, so the others wait or fail when it exits.
 
     Example

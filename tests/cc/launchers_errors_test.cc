@@ -377,6 +377,9 @@ TEST(StaleInUseWordAndStatusRecordOnTheCpu) {
                 "reset_counter_region: backend unknown", "got 7");
   EXPECT_THROWS(InvalidArgument, splitkv::CheckWorkspaceStatus("check_workspace", buffer, unknown, nullptr),
                 "check_workspace: backend unknown", "got 7");
+  // A null op name is refused with our exception, not std::string's std::logic_error.
+  EXPECT_THROWS(InvalidArgument, splitkv::CheckWorkspaceStatus(nullptr, buffer, splitkv::Backend::kCpu, nullptr),
+                "check_workspace_status: op is null");
   EXPECT_EQ(9u, ws.counters()[3]);  // untouched by the refused calls
   splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());

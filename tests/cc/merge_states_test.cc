@@ -135,10 +135,29 @@ TEST(BadArgumentsAreNamed) {
                 "out_stride_token = 0");
   p = problem.Params();
   p.lse_stride_head = 0;
-  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: lse strides overlap");
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: lse strides overlap",
+                "expected one element per (token, head), each its own, got lse_stride_token = 2, lse_stride_head = 0");
   p = problem.Params();
   p.outs_stride_state = int64_t{1} << 62;
   EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: outs strides out of range");
+  // out / lse over what the merge reads or over each other, and misaligned pointers, as the
+  // launchers refuse theirs.
+  p = problem.Params();
+  p.out = problem.outs.data();  // merged in place over the partials
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: out overlaps outs",
+                "expected a buffer sharing no byte with outs");
+  p = problem.Params();
+  p.lse = problem.lses.data() + 1;
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: lse overlaps lses");
+  p = problem.Params();
+  p.lse = problem.out.data();
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: out overlaps lse");
+  p = problem.Params();
+  p.out = reinterpret_cast<char*>(problem.out.data()) + 2;
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: out misaligned", "address % 4 = 2");
+  p = problem.Params();
+  p.lses = reinterpret_cast<const float*>(reinterpret_cast<const char*>(problem.lses.data()) + 1);
+  EXPECT_THROWS(splitkv::InvalidArgument, splitkv::MergeStates(p), "merge_states: lses misaligned", "address % 4 = 1");
   // Nothing was written by the refused calls.
   for (float x : problem.out) EXPECT_TRUE(std::isnan(x));
   p = problem.Params();
