@@ -5,10 +5,11 @@ wall time on the CPU).
     PYTHONPATH=.device python3 tools/bench/invariant_cost.py --device=cuda
     PYTHONPATH=bazel-bin/python python3 tools/bench/invariant_cost.py --device=cpu
 
-Shapes: bf16, 32 qo / 8 kv heads, head_dim 128, page 16 (the bench's main shape); paged
-decode B x L (every request L keys) and causal ragged prefill B x L (--kinds picks). Prints one row per case:
-microseconds per call in each mode (medians over --rounds alternations of the two modes) and
-the invariant mode's slowdown in percent (the median of the rounds' own), then each round's.
+Shapes: bf16, 32 qo / 8 kv heads, head_dim 128 (--head_dim picks 64, 128 or 256), page 16
+(the bench's main shape); paged decode B x L (every request L keys) and causal ragged prefill
+B x L (--kinds picks). Prints one row per case: microseconds per call in each mode (medians
+over --rounds alternations of the two modes) and the invariant mode's slowdown in percent (the
+median of the rounds' own), then each round's.
 """
 
 import argparse
@@ -72,6 +73,7 @@ def main():
                              "of the rounds' costs, the range their spread (drift between device calls moved "
                              "single-round decode costs by 2-3 points).")
     parser.add_argument("--kinds", default="decode,prefill", help="Comma-separated: decode, prefill.")
+    parser.add_argument("--head_dim", type=int, default=128, choices=[64, 128, 256])
     args = parser.parse_args()
     kinds = set(args.kinds.split(","))
     if not kinds <= {"decode", "prefill"}:
@@ -83,9 +85,10 @@ def main():
     cases = [c for c in cases if c[0] in kinds]
     if args.rounds < 1:
         parser.error(f"--rounds invalid: expected at least 1, got {args.rounds}")
+    print(f"head_dim {args.head_dim}")
     print(f"{'case':<22}{'default us':>12}{'invariant us':>14}{'cost':>9}  rounds' costs")
     for kind, batch, length, make in cases:
-        call = make(batch, length, device, workspace)
+        call = make(batch, length, device, workspace, head_dim=args.head_dim)
         fns = {invariant: call(invariant) for invariant in (False, True)}
         for fn in fns.values():
             fn()  # plans, raises the kernels' shared-memory limits: before any capture
