@@ -84,8 +84,9 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params);
 // options and the workspace's address and size, reads no tensor or workspace bytes, and
 // writes nothing. The same exceptions as the launchers, minus the index-value and counter
 // checks and the overlap checks of out and lse (a plan has no outputs: the Python plan
-// functions pass a placeholder address for them). On CUDA it queries the current device's SM count (cached per device). Use it to
-// report the workspace layout or to size a workspace before the first launch.
+// functions pass a placeholder address for them). On CUDA it queries the current device's
+// SM count (cached per device). Use it to report the workspace layout or to size a
+// workspace before the first launch.
 SplitPlan PlanPagedAttention(const PagedAttentionParams& params);
 SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params);
 
