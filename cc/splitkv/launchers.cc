@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -293,6 +294,15 @@ void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t by
 
 std::string DescribeStatus(const char* op, const uint32_t* words) {
   const int64_t index = words[1];
+  if (words[0] != kStatusDirtyCounter || index >= kMaxCounters) {  // not a launch's report: stray bytes
+    return std::string(op) + ": workspace counter region corrupted: expected the status record (bytes " +
+           std::to_string(kStatusOffset) + ".." + std::to_string(kStatusOffset + kStatusWords * kCounterBytes) +
+           ") to be 0 or a launch's report {" + std::to_string(kStatusDirtyCounter) + ", counter < " +
+           std::to_string(kMaxCounters) + ", value, 0}, got {" + std::to_string(words[0]) + ", " +
+           std::to_string(words[1]) + ", " + std::to_string(words[2]) + ", " + std::to_string(words[3]) +
+           "}; the counter region was reset to zero, so calls from now on are right (was the workspace zeroed "
+           "when made, or written by someone else?)";
+  }
   return std::string(op) + ": workspace counter region corrupted: an earlier launch on this workspace found counter " +
          std::to_string(index) + " (bytes " + std::to_string(index * kCounterBytes) + ".." +
          std::to_string((index + 1) * kCounterBytes) + ") holding " + std::to_string(words[2]) +
@@ -334,18 +344,30 @@ void RunCpuLaunch(const SplitPlan& plan, const WorkspaceBuffer& ws, const Launch
 // A CPU launch's claim on its workspace (workspace_layout.h kStatusInUseWord), held from
 // before its counter check to its end: two launches on one workspace at once would zero or
 // count each other's counters and share scratch, so the second is refused, touching nothing.
+// A word holding neither 0 nor the claim is stray bytes: the region is healed and the call
+// refused, as for a dirty counter.
 class CpuWorkspaceClaim {
  public:
   CpuWorkspaceClaim(const char* op, const WorkspaceBuffer& ws)
       : word_(static_cast<uint32_t*>(ws.data)[kInUseWordOffset / kCounterBytes]) {
+    std::atomic_ref<uint32_t> word(word_);
     uint32_t expected = 0;
-    if (!std::atomic_ref<uint32_t>(word_).compare_exchange_strong(expected, 1u, std::memory_order_acquire)) {
-      throw WorkspaceError(std::string(op) + ": workspace in use: expected its in-use word (bytes " +
+    if (word.compare_exchange_strong(expected, kStatusInUseClaim, std::memory_order_acquire)) return;
+    if (expected != kStatusInUseClaim && word.compare_exchange_strong(expected, kStatusInUseClaim, std::memory_order_acquire)) {
+      const uint32_t found = expected;
+      std::memset(ws.data, 0, kInUseWordOffset);
+      word.store(0u, std::memory_order_release);
+      throw WorkspaceError(std::string(op) + ": workspace counter region corrupted: expected its in-use word (bytes " +
                            std::to_string(kInUseWordOffset) + ".." + std::to_string(kCounterRegionBytes) +
-                           ") to be 0, got " + std::to_string(expected) +
-                           "; another launch is running on it (use one workspace per thread), or a launch died "
-                           "holding it (ResetCounterRegion clears it); nothing was computed");
+                           ") to be 0 at rest, got " + std::to_string(found) +
+                           "; nothing was computed and the counter region was reset to zero (was the workspace "
+                           "zeroed when made, or written by someone else?)");
     }
+    throw WorkspaceError(std::string(op) + ": workspace in use: expected its in-use word (bytes " +
+                         std::to_string(kInUseWordOffset) + ".." + std::to_string(kCounterRegionBytes) +
+                         ") to be 0, got " + std::to_string(kStatusInUseClaim) +
+                         " (a launch's claim); another launch is running on it (use one workspace per thread); "
+                         "nothing was computed");
   }
   ~CpuWorkspaceClaim() { std::atomic_ref<uint32_t>(word_).store(0u, std::memory_order_release); }
   CpuWorkspaceClaim(const CpuWorkspaceClaim&) = delete;
@@ -667,10 +689,13 @@ void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Back
   if (op == nullptr) ArgChecks("check_workspace_status").Fail("op", "is null", "the caller's name for messages", "null");
   CheckBackendKnown(ArgChecks(op), backend);
   CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer");
+  // On the CPU, held as a launch holds it (a stray in-use word is healed and refused here).
+  std::optional<CpuWorkspaceClaim> claim;
   uint32_t words[kStatusWords] = {};
   if (backend == Backend::kCuda) {
     cuda::ReadStatusRecord(workspace.data, stream, words);
   } else {
+    claim.emplace(op, workspace);
     std::memcpy(words, static_cast<const uint8_t*>(workspace.data) + kStatusOffset, sizeof(words));
   }
   if (words[0] == 0 && workspace.status_host != nullptr) {

@@ -59,9 +59,13 @@ inline constexpr int64_t kStatusOffset = kCounterRegionBytes - kStatusBytes;
 inline constexpr int64_t kStatusWords = 4;
 inline constexpr uint32_t kStatusDirtyCounter = 1;
 // The status record's last word is a CPU launch's claim on the workspace: set (atomically,
-// from 0) for the launch's duration, so a second launch on the same workspace at the same
-// time is refused instead of sharing its counters and scratch (CUDA launches never touch it).
+// from 0) to kStatusInUseClaim for the launch's duration, so a second launch on the same
+// workspace at the same time is refused instead of sharing its counters and scratch (CUDA
+// launches never touch it). Any other nonzero value is bytes someone else wrote: a launch
+// treats it as a dirty region (zeroed and refused), never as a claim that would lock the
+// workspace until reset.
 inline constexpr int64_t kStatusInUseWord = kStatusBytes / 4 - 1;
+inline constexpr uint32_t kStatusInUseClaim = 0x53504B56;  // arbitrary: unlikely in stray bytes
 // Counters available to one launch (2097088, the words before the status record): a call with
 // num_splits > 1 needs one per work tile (request x kv head x query tile), else it is refused
 // or planned with fewer splits.

@@ -381,18 +381,18 @@ def _remember(key, layout):
 
 
 def _workspace_view(workspace):
-    """(buffer, signature, C++ view, busy key, stream order) of a workspace, cached by a
-    Workspace."""
+    """(buffer, signature, C++ view, busy key, stream order, address) of a workspace, cached
+    by a Workspace (Workspace._launch_view)."""
     if workspace.__class__ is Workspace:
         return workspace._launch_view()
-    return (workspace, tensor_signature(workspace), None, None, None)
+    return (workspace, tensor_signature(workspace), None, None, None, None)
 
 
 def _launch(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
     """Launches a call of `layout` from its addresses (the inputs, out, lse), holding the
     workspace. False, having launched nothing, when out or the workspace shares bytes with
     another tensor of the call: the full path then refuses it with its message."""
-    buffer, _, c_workspace, busy, order = view
+    buffer, _, c_workspace, busy, order, _ = view
     if c_workspace is None:  # a user's tensor: no cached view
         c_workspace = workspace_module.c_workspace(workspace, buffer)
         busy = workspace_module.busy_key(buffer)

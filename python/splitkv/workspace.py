@@ -225,7 +225,6 @@ class Workspace:
         skip = -raw.data_ptr() % WORKSPACE_ALIGNMENT
         self._raw = raw
         self.tensor = raw[skip:skip + nbytes]
-        self.nbytes = nbytes
         self.device = raw.device
         self._status_host = _new_status_mirror(self.device)
         self._view = None
@@ -264,22 +263,37 @@ class Workspace:
 
     def reset(self):
         """Zeroes the counter region (on the current stream for CUDA, no sync) and clears the
-        status record: the way back after a fault, without reallocating."""
-        _splitkv.ResetCounterRegion(*_status_call_args(self, self.tensor))
+        status record: the way back after a fault, without reallocating.
+
+        Raises
+        ------
+        ValueError
+            Another thread's call is using the workspace ("workspace in use"): zeroing its
+            counters under it would break that call.
+        """
+        reset_counter_region("reset", self)
 
     def __repr__(self):
         return f"Workspace(nbytes={self.nbytes}, device='{self.device}')"
 
     def _launch_view(self):
-        """(tensor, its signature, C++ view, busy key, stream order) of ``self.tensor``, made
-        once per tensor: a call's fast path (splitkv._calls) reads them instead of the tensor."""
+        """(tensor, its signature, C++ view, busy key, stream order, address) of
+        ``self.tensor``, made again whenever the tensor, its address or its shape changes (a
+        ``resize_`` in place keeps the object): a call's fast path (splitkv._calls) reads
+        them instead of the tensor."""
         view = self._view
-        if view is None or view[0] is not self.tensor:
-            buffer = self.tensor
+        buffer = self.tensor
+        if (view is None or view[0] is not buffer or view[5] != buffer.data_ptr()
+                or view[1][1] != buffer.shape):
             key = busy_key(buffer)
             view = self._view = (buffer, tensor_signature(buffer), c_workspace(self, buffer), key,
-                                 stream_order(key, buffer.device))
+                                 stream_order(key, buffer.device), buffer.data_ptr())
         return view
+
+    @property
+    def nbytes(self):
+        """The size of ``tensor`` in bytes (it follows a ``resize_`` of the tensor)."""
+        return self.tensor.numel()
 
 
 def _new_status_mirror(device):
@@ -337,8 +351,17 @@ def check_workspace(workspace):
         buffer is smaller than the counter region.
     """
     buffer = _checks.workspace_tensor("check_workspace", workspace)
-    with on_device(buffer.device):
+    with exclusive("check_workspace", workspace, check=False), on_device(buffer.device):
         _splitkv.CheckWorkspaceStatus("check_workspace", *_status_call_args(workspace, buffer))
+
+
+def reset_counter_region(op, workspace):
+    """Zeroes the counter region of ``workspace`` (a Workspace or a user's uint8 buffer) and
+    clears its status record, holding it as a call does: refused while another thread's call
+    uses it, and on CUDA ordered after the last launch on it from another stream."""
+    buffer = _checks.workspace_tensor(op, workspace)
+    with exclusive(op, workspace, check=False), on_device(buffer.device):
+        _splitkv.ResetCounterRegion(*_status_call_args(workspace, buffer))
 
 
 _NO_GUARD = contextlib.nullcontext()
@@ -398,10 +421,11 @@ def check_counter_region(workspace):
         nonzero counter's index, byte and value), or the buffer is smaller than the region.
     """
     buffer = _checks.workspace_tensor("check_counter_region", workspace)
-    region = buffer[:COUNTER_REGION_BYTES]
-    if region.device.type != "cpu":
-        region = region.cpu()
-    _splitkv.CheckCounterRegionZero(region.data_ptr(), buffer.numel())
+    with exclusive("check_counter_region", workspace, check=False):
+        region = buffer[:COUNTER_REGION_BYTES]
+        if region.device.type != "cpu":
+            region = region.cpu()
+        _splitkv.CheckCounterRegionZero(region.data_ptr(), buffer.numel())
 
 
 # Storages (device, base address) that a call is using now: a second call on any view of
@@ -444,10 +468,12 @@ def release(key):
 
 
 @contextlib.contextmanager
-def exclusive(op, workspace):
+def exclusive(op, workspace, check=True):
     """Marks the workspace's memory busy for one call (a Workspace or a user's tensor), and
     on CUDA orders the launch after the last one on the same memory from another stream
-    (StreamOrder; nothing while the stream captures a CUDA graph)."""
+    (StreamOrder; nothing while the stream captures a CUDA graph). ``check=False``: never
+    the SPLITKV_CHECK_WORKSPACE scan (the counter-region entry points, which heal or read
+    the region themselves)."""
     buffer = workspace.tensor if isinstance(workspace, Workspace) else workspace
     key = busy_key(buffer)
     acquire(op, key)
@@ -458,10 +484,10 @@ def exclusive(op, workspace):
             with on_device(buffer.device):
                 if not order.Before(stream):
                     order = None
-        if CHECK_EVERY_CALL:
+        if check and CHECK_EVERY_CALL:
             check_every_call(op, workspace, buffer, "before")
         yield
-        if CHECK_EVERY_CALL:
+        if check and CHECK_EVERY_CALL:
             check_every_call(op, workspace, buffer, "after")
         if order is not None:
             with on_device(buffer.device):

@@ -339,28 +339,46 @@ TEST(CorruptedCounterIsDetectedAndHealed) {
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
 }
 
-// A CPU launch's claim left set (a launch that died holding it, or bytes someone wrote) makes
-// every launch refuse "workspace in use", touching nothing, until ResetCounterRegion clears
-// it, as the message says; a set status record word is refused and healed (one-split calls
-// too: the CPU never writes the record).
+// The in-use word: a launch's claim (kStatusInUseClaim) left set makes every launch refuse
+// "workspace in use", touching nothing, until ResetCounterRegion clears it; any other value
+// there is stray bytes, healed and refused like a dirty counter (by check_workspace too). A set
+// status record word is refused and healed (one-split calls too: the CPU never writes it).
 TEST(StaleInUseWordAndStatusRecordOnTheCpu) {
   TestWorkspace ws(kWorkspaceBytes);
   PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
   uint32_t* status = ws.counters() + splitkv::kStatusOffset / splitkv::kCounterBytes;
-  status[splitkv::kStatusInUseWord] = 1;
-  ws.counters()[3] = 9;  // a dirty counter too: untouched by a refused claim
-  EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 2)),
-                "paged_attention: workspace in use", "(bytes 8388604..8388608) to be 0, got 1",
-                "ResetCounterRegion clears it", "nothing was computed");
-  EXPECT_EQ(9u, ws.counters()[3]);
-  EXPECT_EQ(1u, status[splitkv::kStatusInUseWord]);
   splitkv::WorkspaceBuffer buffer;
   buffer.data = ws.data();
   buffer.bytes = ws.bytes();
+  status[splitkv::kStatusInUseWord] = splitkv::kStatusInUseClaim;
+  ws.counters()[3] = 9;  // a dirty counter too: untouched by a refused claim
+  EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 2)),
+                "paged_attention: workspace in use", "(bytes 8388604..8388608) to be 0, got " +
+                std::to_string(splitkv::kStatusInUseClaim) + " (a launch's claim)", "nothing was computed");
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                "check_workspace: workspace in use");
+  EXPECT_EQ(9u, ws.counters()[3]);
+  EXPECT_EQ(splitkv::kStatusInUseClaim, status[splitkv::kStatusInUseWord]);
   splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
   splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 2));
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  for (const uint32_t stray : {1u, splitkv::kStatusInUseClaim + 1, 0xFFFFFFFFu}) {
+    status[splitkv::kStatusInUseWord] = stray;
+    ws.counters()[3] = 9;
+    EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 1)),
+                  "paged_attention: workspace counter region corrupted: expected its in-use word (bytes "
+                  "8388604..8388608) to be 0 at rest, got " + std::to_string(stray),
+                  "nothing was computed and the counter region was reset to zero");
+    EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+    status[splitkv::kStatusInUseWord] = stray;
+    EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                  "check_workspace: workspace counter region corrupted: expected its in-use word",
+                  "got " + std::to_string(stray));
+    EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+    splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 2));  // healed
+    EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  }
   status[1] = 4;
   EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 1)),
                 "paged_attention: workspace counter region corrupted: expected the status record",
@@ -420,6 +438,17 @@ TEST(CheckWorkspaceStatusReportsAndHeals) {
                 "found counter 3 (bytes 12..16) holding 65536");
   EXPECT_EQ(0u, mirror[0]);
   splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr);
+  // A record no launch writes (another code, a counter past the region) is named as stray
+  // bytes, not read as a counter index.
+  for (const uint32_t code : {splitkv::kStatusDirtyCounter, 7u}) {
+    status[0] = code, status[1] = code == 7u ? 5u : static_cast<uint32_t>(splitkv::kMaxCounters), status[2] = 9;
+    EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
+                  "check_workspace: workspace counter region corrupted: expected the status record (bytes "
+                  "8388352..8388368) to be 0 or a launch's report {1, counter < 2097088, value, 0}, got {" +
+                  std::to_string(code) + ", " + std::to_string(status[1]) + ", 9, 0}",
+                  "reset to zero");
+    EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+  }
   ws.counters()[5] = 1;
   splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());

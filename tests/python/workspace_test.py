@@ -235,6 +235,79 @@ def test_workspace_in_use_by_another_thread_is_refused():
     harness.assert_close(out, problem.reference()[0], _DTYPE)
 
 
+def test_counter_region_entry_points_wait_for_no_call():
+    # reset (and the checks) while another thread's call holds the workspace would zero its
+    # counters under it (silent NaN rows, counters left nonzero): refused as a call is.
+    workspace = splitkv.Workspace(16 << 20)
+    problem = harness.make_ragged([4], [400], dtype=_DTYPE)
+    with _held_by_another_thread(workspace):
+        for name, entry in [("reset", workspace.reset),
+                            ("check_workspace", workspace.raise_if_error),
+                            ("check_counter_region", workspace.check_counter_region)]:
+            with pytest.raises(ValueError, match=rf"{name}: workspace in use: expected a workspace "
+                               r"no other call is using"):
+                entry()
+    workspace.reset()  # free again
+    workspace.raise_if_error()
+    out = problem.run(workspace, num_splits=3)
+    harness.assert_close(out, problem.reference()[0], _DTYPE)
+    workspace.check_counter_region()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("new_bytes", [1 << 20, 64 << 20])
+def test_workspace_tensor_resized_in_place(device, new_bytes):
+    # The fast path caches the workspace's C++ view: a resize_ of Workspace.tensor (the same
+    # object, another address or size) must be seen by the next call, never a freed pointer
+    # used (grow) or a buffer smaller than the counter region accepted (shrink).
+    harness.require(device, _DTYPE, 64)
+    workspace = splitkv.Workspace(16 << 20, device)
+    problem = harness.make_ragged([6, 2], [700, 9], group=4, dtype=_DTYPE, device=device)
+    expected = problem.reference()[0]
+    harness.assert_close(problem.run(workspace, num_splits=3), expected, _DTYPE)
+    workspace.tensor.resize_(new_bytes)
+    assert workspace.nbytes == new_bytes
+    if new_bytes < splitkv.COUNTER_REGION_BYTES:
+        with pytest.raises(ValueError, match=r"ragged_attention: workspace too small"):
+            problem.run(workspace, num_splits=3)
+        return
+    workspace.tensor[splitkv.COUNTER_REGION_BYTES:].fill_(0xFF)  # bytes resize_ left unset
+    if workspace.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT:  # the new storage's address
+        with pytest.raises(ValueError, match=r"ragged_attention: workspace misaligned"):
+            problem.run(workspace, num_splits=3)
+        return
+    for _ in range(2):  # the full path, then the fast path on the new address
+        harness.assert_close(problem.run(workspace, num_splits=3), expected, _DTYPE)
+        harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stray_in_use_word_is_healed(device):
+    # The status record's last word is a CPU launch's claim; stray bytes there (a buffer not
+    # zeroed) are a dirty region like any other: refused and healed, never a workspace left
+    # "in use" until reset. CUDA launches never read the word.
+    harness.require(device, _DTYPE, 64)
+    raw = torch.zeros((16 << 20) + 255, dtype=torch.uint8, device=device)
+    skip = -raw.data_ptr() % 256
+    buffer = raw[skip:skip + (16 << 20)]
+    problem = harness.make_ragged([6, 2], [700, 9], group=4, dtype=_DTYPE, device=device)
+    expected = problem.reference()[0]
+    in_use_word = buffer[:splitkv.COUNTER_REGION_BYTES].view(torch.int32)[-1:]
+    for check in (lambda: problem.run(buffer, num_splits=3), lambda: splitkv.check_workspace(buffer)):
+        in_use_word.fill_(7)
+        if device == "cpu":
+            with pytest.raises(ValueError, match=r"workspace counter region corrupted: expected its "
+                               r"in-use word \(bytes 8388604..8388608\) to be 0 at rest, got 7; nothing "
+                               r"was computed and the counter region was reset to zero"):
+                check()
+            assert int(buffer[:splitkv.COUNTER_REGION_BYTES].count_nonzero()) == 0
+        else:
+            check()
+            in_use_word.zero_()
+        harness.assert_close(problem.run(buffer, num_splits=3), expected, _DTYPE)
+        splitkv.check_counter_region(buffer)
+
+
 def test_user_tensor_in_use_by_another_thread_is_refused():
     # A user's uint8 buffer is tracked by its memory: a call on another view of the same
     # memory is refused while the first call runs, rather than racing on the counters.
