@@ -35,6 +35,14 @@ class ArgChecks {
            "address % " + std::to_string(bytes) + " = " + std::to_string(address % static_cast<uintptr_t>(bytes)));
     }
   }
+  struct PointerOf {
+    const char* name;
+    const void* ptr;
+    int64_t element_bytes;
+  };
+  void Aligned(std::initializer_list<PointerOf> pointers) const {
+    for (const PointerOf& x : pointers) Aligned(x.name, x.ptr, x.element_bytes);
+  }
   void AtLeast(const char* arg, int64_t value, int64_t min) const {
     if (value < min) Fail(arg, "out of range", ">= " + std::to_string(min), std::to_string(value));
   }

@@ -138,8 +138,6 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
   }
 }
 
-int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
-
 int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
 
 // q's and out's spans (CheckSpan), then out's rows disjoint; strides already >= 0. Params:
@@ -152,25 +150,14 @@ void CheckQueryAndOut(const ArgChecks& check, const Params& p) {
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
 }
 
-struct PointerOf {
-  const char* name;
-  const void* ptr;
-  int64_t element_bytes;
-};
-
 // Every pointer aligned to its element size: q, out and lse, then the op's own (`inputs`:
 // K/V and index arrays), then sinks and the per-head scales. Params: paged or ragged.
 template <class Params>
-void CheckAlignedPointers(const ArgChecks& check, const Params& p, std::initializer_list<PointerOf> inputs) {
+void CheckAlignedPointers(const ArgChecks& check, const Params& p, std::initializer_list<ArgChecks::PointerOf> inputs) {
   const int64_t bytes = DTypeBytes(p.dtype);
-  for (const PointerOf& x : {PointerOf{"q", p.q, bytes}, PointerOf{"out", p.out, bytes}, PointerOf{"lse", p.lse, 4}}) {
-    check.Aligned(x.name, x.ptr, x.element_bytes);
-  }
-  for (const PointerOf& x : inputs) check.Aligned(x.name, x.ptr, x.element_bytes);
-  for (const PointerOf& x : {PointerOf{"sinks", p.options.sinks, 4}, PointerOf{"k_scale", p.kv_storage.k_scales, 4},
-                             PointerOf{"v_scale", p.kv_storage.v_scales, 4}}) {
-    check.Aligned(x.name, x.ptr, x.element_bytes);
-  }
+  check.Aligned({{"q", p.q, bytes}, {"out", p.out, bytes}, {"lse", p.lse, 4}});
+  check.Aligned(inputs);
+  check.Aligned({{"sinks", p.options.sinks, 4}, {"k_scale", p.kv_storage.k_scales, 4}, {"v_scale", p.kv_storage.v_scales, 4}});
 }
 
 // cu_seqlens must start at 0, never decrease, end at `total`; returns the largest length.

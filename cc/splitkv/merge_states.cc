@@ -2,7 +2,6 @@
 #include "cc/splitkv/merge_states.h"
 
 #include <string>
-#include <tuple>
 
 #include "cc/splitkv/arg_checks.h"
 #include "cc/splitkv/backend.h"
@@ -30,7 +29,7 @@ void MergeStates(const MergeStatesParams& p) {
   for (const auto& s : strides) check.AtLeast(s.name, s.value, 0);
   // Spans within 2^63 bytes, and out's rows and lse's entries each written once (as the
   // launchers check their out): overlapping rows would race and keep one state's merge.
-  const int64_t bytes = p.dtype == DType::kFloat32 ? 4 : 2;
+  const int64_t bytes = DTypeBytes(p.dtype);
   const int64_t outs_bytes = CheckSpan(
       check, "outs",
       {{p.num_states, p.outs_stride_state}, {p.total_q, p.outs_stride_token}, {p.num_qo_heads, p.outs_stride_head}},
@@ -54,11 +53,7 @@ void MergeStates(const MergeStatesParams& p) {
   // undefined), and out / lse sharing no byte with what the merge reads or with each other:
   // a row merged in place over outs would be read after it was overwritten by another state's
   // weight (the launchers refuse the same for their out and lse).
-  for (const auto& [name, ptr, element_bytes] :
-       {std::tuple<const char*, const void*, int64_t>{"outs", p.outs, bytes}, {"lses", p.lses, 4},
-        {"out", p.out, bytes}, {"lse", p.lse, 4}}) {
-    check.Aligned(name, ptr, element_bytes);
-  }
+  check.Aligned({{"outs", p.outs, bytes}, {"lses", p.lses, 4}, {"out", p.out, bytes}, {"lse", p.lse, 4}});
   const ByteRange ranges[] = {{"outs", p.outs, outs_bytes},
                               {"lses", p.lses, lses_bytes},
                               {"out", p.out, out_bytes},

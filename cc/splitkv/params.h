@@ -30,6 +30,9 @@ namespace splitkv {
 // backend only (UnsupportedError on CUDA). Accumulation is float32 whatever the dtype.
 enum class DType : int32_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// Bytes of one element of `dtype` (q, out; k and v unless fp8_e4m3).
+inline int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
+
 // How k and v are stored. By default they are `dtype`, like q. fp8_e4m3: they are float8
 // e4m3fn bytes (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
 // 0x7f/0xff are NaN) whose true value is stored x scale: k_scale for k and v_scale for v,
