@@ -257,13 +257,14 @@ def _type_text(value):
 
 
 def _not_a_number(value):
-    """A bool (Python's or numpy's), a tensor or an array: what a numeric option refuses
-    rather than reads. A tensor or array has __index__ / __float__ too: reading it is a
-    silent conversion (and, for a CUDA tensor, a device sync), and True reads as 1."""
+    """A bool (Python's or numpy's), a tensor or an array (a 0-d one too): what a numeric
+    option refuses rather than reads. A tensor or array has __index__ / __float__ too:
+    reading it is a silent conversion (and, for a CUDA tensor, a device sync), and True
+    reads as 1."""
     if isinstance(value, (bool, torch.Tensor)) or getattr(value, "ndim", 0) != 0:
         return True
     np = sys.modules.get("numpy")  # not imported: no numpy value can be here
-    return np is not None and isinstance(value, np.bool_)
+    return np is not None and isinstance(value, (np.bool_, np.ndarray))
 
 
 def integer(op, name, value, minimum, expected):
