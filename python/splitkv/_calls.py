@@ -159,9 +159,17 @@ def _fill_common(params, q, out, lse, dtype, backend, options, workspace):
 
 
 def run(op, launcher, params, q, workspace):
-    """Calls `launcher` (or a planner) on `params`, holding the workspace for the call."""
+    """Calls `launcher` on `params`, holding the workspace for the call."""
     with workspace_module.exclusive(op, workspace), workspace_module.on_device(q.device):
         return launcher(params)
+
+
+def plan(planner, params, q):
+    """Calls `planner` on `params`. A plan reads only the workspace's size and address and
+    writes nothing: it neither holds the workspace (a plan beside another thread's call on it
+    is fine) nor joins its stream order."""
+    with workspace_module.on_device(q.device):
+        return planner(params)
 
 
 # ---- paged ----

@@ -228,7 +228,8 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
     """The plan :func:`paged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`paged_attention`'s arguments. Checks the tensors, shapes and
-    the workspace (size, alignment, a forced num_splits), not the index values.
+    the workspace (size, alignment, a forced num_splits), not the index values. Writes
+    nothing: a plan may be made while another thread's call uses the workspace.
 
     Returns
     -------
@@ -251,7 +252,7 @@ def plan_paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_s
         sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
         launch=False, batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale,
         v_scale=v_scale, kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
-    return Plan._from_ext(_calls.run(_PAGED, _splitkv.PlanPagedAttention, params, q, workspace))
+    return Plan._from_ext(_calls.plan(_splitkv.PlanPagedAttention, params, q))
 
 
 # ---- ragged ----
@@ -379,7 +380,8 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
     """The plan :func:`ragged_attention` would use for these arguments, without running.
 
     Takes exactly :func:`ragged_attention`'s arguments. Checks the tensors, shapes and
-    the workspace (size, alignment, a forced num_splits), not the index values.
+    the workspace (size, alignment, a forced num_splits), not the index values. Writes
+    nothing: a plan may be made while another thread's call uses the workspace.
 
     Returns
     -------
@@ -402,4 +404,4 @@ def plan_ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, ca
         _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=False,
         batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
-    return Plan._from_ext(_calls.run(_RAGGED, _splitkv.PlanRaggedAttention, params, q, workspace))
+    return Plan._from_ext(_calls.plan(_splitkv.PlanRaggedAttention, params, q))

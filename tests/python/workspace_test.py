@@ -308,6 +308,21 @@ def test_stray_in_use_word_is_healed(device):
         splitkv.check_counter_region(buffer)
 
 
+def test_plans_beside_another_threads_call():
+    # A plan writes nothing to the workspace: it is made while another thread's call holds
+    # the workspace, and is the plan the call would run.
+    workspace = splitkv.Workspace(16 << 20)
+    ragged = harness.make_ragged([6, 2], [700, 9], group=4, dtype=_DTYPE)
+    paged = harness.make_paged([900, 40], page_size=16, group=4, dtype=_DTYPE)
+    free = [p.plan(workspace, num_splits=3) for p in (ragged, paged)]
+    with _held_by_another_thread(workspace):
+        held = [p.plan(workspace, num_splits=3) for p in (ragged, paged)]
+    for a, b in zip(free, held):
+        assert (a.num_splits, a.num_tiles, a.layout.regions()) == (b.num_splits, b.num_tiles,
+                                                                   b.layout.regions())
+        assert a.num_splits == 3
+
+
 def test_user_tensor_in_use_by_another_thread_is_refused():
     # A user's uint8 buffer is tracked by its memory: a call on another view of the same
     # memory is refused while the first call runs, rather than racing on the counters.
