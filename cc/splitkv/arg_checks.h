@@ -3,6 +3,7 @@
 #ifndef SPLITKV_ARG_CHECKS_H_
 #define SPLITKV_ARG_CHECKS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -148,11 +149,38 @@ void CheckDisjointFrom(const ArgChecks& check, const ByteRange& out, const Range
   }
 }
 
+// floor(a / b) for b > 0 (C++ division truncates toward zero).
+inline int64_t FloorDiv(int64_t a, int64_t b) { return a / b - (a % b != 0 && a < 0 ? 1 : 0); }
+
+// Whether rows of `length` elements at i * stride_i + j * stride_j (0 <= i < count_i,
+// 0 <= j < count_j) share an element: some (di, dj) != (0, 0) with |di| < count_i,
+// |dj| < count_j and |di * stride_i + dj * stride_j| < length. One step per dj in
+// [0, count_j) (the other signs mirror these), so the caller passes the axis with fewer rows
+// as j. Strides >= 0 and their span within int64 (CheckSpan): no product below overflows.
+inline bool RowsShareAnElement(int64_t count_i, int64_t stride_i, int64_t count_j, int64_t stride_j, int64_t length) {
+  for (int64_t dj = 0; dj < count_j; ++dj) {
+    const int64_t base = dj * stride_j;
+    if (stride_i == 0) {
+      if ((dj > 0 && base < length) || count_i > 1) return true;
+      continue;
+    }
+    // The smallest di with base + di * stride_i > -length, then the next one (di = 0 at
+    // dj = 0 is the row itself): if neither is below length, no larger di is.
+    const int64_t first = std::max(FloorDiv(-length - base, stride_i) + 1, 1 - count_i);
+    for (int64_t di = first; di <= first + 1 && di < count_i; ++di) {
+      if (dj == 0 && di == 0) continue;
+      const int64_t offset = base + di * stride_i;
+      if (-length < offset && offset < length) return true;
+    }
+  }
+  return false;
+}
+
 // Output rows (head_dim elements at token * stride_token + head * stride_head) must not
-// share an element: two rows written to the same place would race and lose one result.
-// Axes of one row are ignored; the others, in stride order, must each clear the extent of
-// the ones inside them. Strides >= 0 and within CheckSpan's bound (checked first: the
-// extents below are then int64 without overflow).
+// share an element: two rows written to the same place would race and lose one result. The
+// usual layouts are seen at once (each axis, in stride order, clears the extent of the ones
+// inside it); others (rows interleaved across tokens and heads) are searched exactly. Strides
+// >= 0 and within CheckSpan's bound (checked first: the arithmetic is then int64).
 inline void CheckDisjointRows(const ArgChecks& check, const char* tensor, int64_t num_tokens, int64_t stride_token,
                               int64_t num_heads, int64_t stride_head, int64_t head_dim) {
   struct Axis {
@@ -161,17 +189,27 @@ inline void CheckDisjointRows(const ArgChecks& check, const char* tensor, int64_
   Axis axes[2] = {{num_tokens, stride_token}, {num_heads, stride_head}};
   if (axes[0].stride > axes[1].stride) std::swap(axes[0], axes[1]);
   int64_t extent = head_dim;
+  bool nested = true;
   for (const Axis& axis : axes) {
     if (axis.count <= 1) continue;
     if (axis.stride < extent) {
-      // head_dim 1 is lse's: one float per (token, head), not a row.
-      check.Fail(std::string(tensor) + " strides", "overlap",
-                 head_dim == 1 ? std::string("one element per (token, head), each its own")
-                               : "rows of head_dim = " + std::to_string(head_dim) + " elements that share no element",
-                 std::string(tensor) + "_stride_token = " + std::to_string(stride_token) + ", " +
-                     tensor + "_stride_head = " + std::to_string(stride_head));
+      nested = false;
+      break;
     }
     extent = axis.stride * (axis.count - 1) + extent;
+  }
+  if (nested) return;
+  // The loop runs over the axis with fewer rows.
+  const bool heads_fewer = num_heads <= num_tokens;
+  const bool overlap = heads_fewer ? RowsShareAnElement(num_tokens, stride_token, num_heads, stride_head, head_dim)
+                                   : RowsShareAnElement(num_heads, stride_head, num_tokens, stride_token, head_dim);
+  if (overlap) {
+    // head_dim 1 is lse's: one float per (token, head), not a row.
+    check.Fail(std::string(tensor) + " strides", "overlap",
+               head_dim == 1 ? std::string("one element per (token, head), each its own")
+                             : "rows of head_dim = " + std::to_string(head_dim) + " elements that share no element",
+               std::string(tensor) + "_stride_token = " + std::to_string(stride_token) + ", " + tensor +
+                   "_stride_head = " + std::to_string(stride_head));
   }
 }
 
