@@ -284,7 +284,14 @@ void LaunchInOrder(const py::object& order, void* stream, Launch launch) {
   StreamOrder* const stream_order = order.is_none() ? nullptr : order.cast<StreamOrder*>();
   py::gil_scoped_release release;
   const bool ordered = stream_order != nullptr && stream_order->Before(stream);
-  launch();
+  try {
+    launch();
+  } catch (...) {
+    // A launch that raised may have enqueued work first (the reset that heals a reported
+    // dirty counter): later launches from other streams must still wait for it.
+    if (ordered) stream_order->After(stream);
+    throw;
+  }
   if (ordered) stream_order->After(stream);
 }
 

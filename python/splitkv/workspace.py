@@ -484,13 +484,17 @@ def exclusive(op, workspace, check=True):
             with on_device(buffer.device):
                 if not order.Before(stream):
                     order = None
-        if check and CHECK_EVERY_CALL:
-            check_every_call(op, workspace, buffer, "before")
-        yield
-        if check and CHECK_EVERY_CALL:
-            check_every_call(op, workspace, buffer, "after")
-        if order is not None:
-            with on_device(buffer.device):
-                order.After(stream)
+        try:
+            if check and CHECK_EVERY_CALL:
+                check_every_call(op, workspace, buffer, "before")
+            yield
+            if check and CHECK_EVERY_CALL:
+                check_every_call(op, workspace, buffer, "after")
+        finally:
+            # Also when the body raised: what it enqueued (a healing reset before its error,
+            # say) must be ordered before the next launch on this memory from another stream.
+            if order is not None:
+                with on_device(buffer.device):
+                    order.After(stream)
     finally:
         release(key)

@@ -323,6 +323,31 @@ def test_plans_beside_another_threads_call():
         assert a.num_splits == 3
 
 
+def test_stream_order_is_recorded_when_the_held_call_raises(monkeypatch):
+    # check_workspace that heals a dirty region enqueues the reset and then raises: on CUDA the
+    # next launch from another stream must still wait for that reset, so the workspace's
+    # stream order is recorded on the way out of an error too. (A recording stand-in for
+    # the C++ StreamOrder, on a CPU buffer: the order is the same code on both devices.)
+    calls = []
+
+    class Recorder:
+        def Before(self, stream):
+            calls.append("before")
+            return True
+
+        def After(self, stream):
+            calls.append("after")
+
+    monkeypatch.setattr(splitkv.workspace, "stream_order", lambda key, device: Recorder())
+    monkeypatch.setattr(splitkv.workspace, "current_raw_stream", lambda index: 0)
+    workspace = splitkv.Workspace(16 << 20)
+    workspace.counter_region().view(torch.int32)[-64] = 5  # the status record's code word
+    with pytest.raises(ValueError, match=r"check_workspace: workspace counter region corrupted"):
+        splitkv.check_workspace(workspace)
+    assert calls == ["before", "after"]
+    harness.assert_counter_region_zero(workspace)
+
+
 def test_user_tensor_in_use_by_another_thread_is_refused():
     # A user's uint8 buffer is tracked by its memory: a call on another view of the same
     # memory is refused while the first call runs, rather than racing on the counters.
