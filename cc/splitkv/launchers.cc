@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -281,7 +280,7 @@ void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t by
 
 std::string DescribeStatus(const char* op, const uint32_t* words) {
   const int64_t index = words[1];
-  if (words[0] != kStatusDirtyCounter || index >= kMaxCounters) {  // not a launch's report: stray bytes
+  if (words[0] != kStatusDirtyCounter || index >= kMaxCounters || words[3] != 0) {  // not a launch's: stray bytes
     return std::string(op) + ": workspace counter region corrupted: expected the status record (bytes " +
            std::to_string(kStatusOffset) + ".." + std::to_string(kStatusOffset + kStatusWords * kCounterBytes) +
            ") to be 0 or a launch's report {" + std::to_string(kStatusDirtyCounter) + ", counter < " +
@@ -353,8 +352,9 @@ class CpuWorkspaceClaim {
     throw WorkspaceError(std::string(op) + ": workspace in use: expected its in-use word (bytes " +
                          std::to_string(kInUseWordOffset) + ".." + std::to_string(kCounterRegionBytes) +
                          ") to be 0, got " + std::to_string(kStatusInUseClaim) +
-                         " (a launch's claim); another launch is running on it (use one workspace per thread); "
-                         "nothing was computed");
+                         " (a launch's claim); another launch is running on it (use one workspace per thread), or "
+                         "its bytes were copied from a workspace in use (if no launch is running, "
+                         "ResetCounterRegion / splitkv.reset_counter_region clears it); nothing was computed");
   }
   ~CpuWorkspaceClaim() { std::atomic_ref<uint32_t>(word_).store(0u, std::memory_order_release); }
   CpuWorkspaceClaim(const CpuWorkspaceClaim&) = delete;
@@ -676,25 +676,21 @@ void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Back
   if (op == nullptr) ArgChecks("check_workspace_status").Fail("op", "is null", "the caller's name for messages", "null");
   CheckBackendKnown(ArgChecks(op), backend);
   CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer");
-  // On the CPU, held as a launch holds it (a stray in-use word is healed and refused here).
-  std::optional<CpuWorkspaceClaim> claim;
   uint32_t words[kStatusWords] = {};
   if (backend == Backend::kCuda) {
     cuda::ReadStatusRecord(workspace.data, stream, words);
   } else {
-    claim.emplace(op, workspace);
-    std::memcpy(words, static_cast<const uint8_t*>(workspace.data) + kStatusOffset, sizeof(words));
+    // No CPU launch writes the record: any nonzero word is stray bytes, named as a CPU launch
+    // names them, holding the workspace as a launch does (a stray in-use word is healed and
+    // refused here too).
+    const CpuWorkspaceClaim claim(op, workspace);
+    CheckCpuStatusRecord(op, workspace);
   }
-  if (words[0] == 0 && workspace.status_host != nullptr) {
+  if (words[0] == 0 && workspace.status_host != nullptr) {  // a CUDA launch's report, seen by the host
     const volatile uint32_t* host = workspace.status_host;
     for (int64_t w = 0; w < kStatusWords; ++w) words[w] = host[w];
   }
-  if (words[0] == 0) {
-    // A record without its code is not a CUDA launch's: on the CPU every other word is
-    // checked too, as a CPU launch checks them.
-    if (backend != Backend::kCuda) CheckCpuStatusRecord(op, workspace);
-    return;
-  }
+  if (words[0] == 0) return;
   ResetCounterRegion(workspace, backend, stream);  // enqueued before anything the caller runs next
   throw WorkspaceError(DescribeStatus(op, words));
 }

@@ -9,6 +9,7 @@ TypeError, everything else ValueError.
 """
 
 import math
+import numbers
 import sys
 
 import torch
@@ -264,7 +265,8 @@ def _not_a_number(value):
     if isinstance(value, (bool, torch.Tensor)) or getattr(value, "ndim", 0) != 0:
         return True
     np = sys.modules.get("numpy")  # not imported: no numpy value can be here
-    return np is not None and isinstance(value, (np.bool_, np.ndarray))
+    # numpy registers timedelta64 as an integer type (numbers.Integral): a duration, not a count.
+    return np is not None and isinstance(value, (np.bool_, np.ndarray, np.timedelta64, np.datetime64))
 
 
 def integer(op, name, value, minimum, expected):
@@ -293,7 +295,9 @@ def real(op, name, value):
     """A Python float that float32 represents: 0, NaN/inf as given, or a normal magnitude."""
     # A Python float or a traced symbol as it is, as in integer().
     if type(value) is not float and not isinstance(value, torch.SymFloat):  # noqa: E721
-        if _not_a_number(value) or not hasattr(value, "__float__"):
+        # numbers.Real: numpy's float and int scalars and Fraction; not numpy's str_, bytes_ or
+        # complex scalars, which have __float__ too (a string parsed, an imaginary part dropped).
+        if _not_a_number(value) or not isinstance(value, numbers.Real):
             fail(op, name, "has the wrong type", "a float", _type_text(value), error=TypeError)
         try:
             value = float(value)

@@ -271,20 +271,21 @@ class Workspace:
             Another thread's call is using the workspace ("workspace in use"): zeroing its
             counters under it would break that call.
         """
-        reset_counter_region("reset", self)
+        _reset("reset", self)
 
     def __repr__(self):
         return f"Workspace(nbytes={self.nbytes}, device='{self.device}')"
 
     def _launch_view(self):
         """(tensor, its signature, C++ view, busy key, stream order, address) of
-        ``self.tensor``, made again whenever the tensor, its address or its shape changes (a
-        ``resize_`` in place keeps the object): a call's fast path (splitkv._calls) reads
-        them instead of the tensor."""
+        ``self.tensor``, made again whenever the tensor, its address, shape or strides change
+        (``resize_``, ``set_`` or ``as_strided_`` in place keep the object): a call's fast path
+        (splitkv._calls) reads them instead of the tensor, and keys its layouts by the
+        signature, so a changed tensor takes the full path's checks."""
         view = self._view
         buffer = self.tensor
         if (view is None or view[0] is not buffer or view[5] != buffer.data_ptr()
-                or view[1][1] != buffer.shape):
+                or view[1][1] != buffer.shape or view[1][2] != buffer.stride()):
             key = busy_key(buffer)
             view = self._view = (buffer, tensor_signature(buffer), c_workspace(self, buffer), key,
                                  stream_order(key, buffer.device), buffer.data_ptr())
@@ -355,10 +356,32 @@ def check_workspace(workspace):
         _splitkv.CheckWorkspaceStatus("check_workspace", *_status_call_args(workspace, buffer))
 
 
-def reset_counter_region(op, workspace):
-    """Zeroes the counter region of ``workspace`` (a Workspace or a user's uint8 buffer) and
-    clears its status record, holding it as a call does: refused while another thread's call
-    uses it, and on CUDA ordered after the last launch on it from another stream."""
+def reset_counter_region(workspace):
+    """Zeroes the counter region of ``workspace`` and clears its status record: the way back
+    after a fault (:meth:`Workspace.reset` for a Workspace), e.g. for a user's buffer whose
+    bytes were copied from a workspace in use.
+
+    Holds the workspace as a call does: refused while another thread's call uses it; on CUDA
+    enqueued on the current stream (no sync), after the last launch on the same memory from
+    another stream.
+
+    Parameters
+    ----------
+    workspace : Workspace or torch.Tensor
+        A Workspace, or a user's uint8 buffer of at least ``COUNTER_REGION_BYTES`` bytes.
+
+    Raises
+    ------
+    TypeError
+        workspace is neither a Workspace nor a uint8 tensor.
+    ValueError
+        The buffer is smaller than the counter region, or another thread's call is using it
+        ("workspace in use").
+    """
+    _reset("reset_counter_region", workspace)
+
+
+def _reset(op, workspace):
     buffer = _checks.workspace_tensor(op, workspace)
     with exclusive(op, workspace, check=False), on_device(buffer.device):
         _splitkv.ResetCounterRegion(*_status_call_args(workspace, buffer))

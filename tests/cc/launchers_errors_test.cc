@@ -354,7 +354,9 @@ TEST(StaleInUseWordAndStatusRecordOnTheCpu) {
   ws.counters()[3] = 9;  // a dirty counter too: untouched by a refused claim
   EXPECT_THROWS(WorkspaceError, splitkv::LaunchPagedAttention(paged.Params(ws.data(), ws.bytes(), 2)),
                 "paged_attention: workspace in use", "(bytes 8388604..8388608) to be 0, got " +
-                std::to_string(splitkv::kStatusInUseClaim) + " (a launch's claim)", "nothing was computed");
+                std::to_string(splitkv::kStatusInUseClaim) + " (a launch's claim)",
+                "if no launch is running, ResetCounterRegion / splitkv.reset_counter_region clears it",
+                "nothing was computed");
   EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
                 "check_workspace: workspace in use");
   EXPECT_EQ(9u, ws.counters()[3]);
@@ -412,9 +414,9 @@ TEST(OneSplitLaunchesNeitherReadNorWriteCounters) {
   EXPECT_EQ(int64_t{1}, ws.NonzeroCounters());
 }
 
-// A status record (as a CUDA launch leaves one) is reported by CheckWorkspaceStatus, which
-// zeroes the region and the host mirror first; a clean workspace passes; ResetCounterRegion
-// zeroes by hand.
+// A CUDA launch's report in the host mirror is reported by CheckWorkspaceStatus, which zeroes
+// the region and the mirror first; a record in a CPU workspace is stray bytes (no CPU launch
+// writes one), named so; a clean workspace passes; ResetCounterRegion zeroes by hand.
 TEST(CheckWorkspaceStatusReportsAndHeals) {
   TestWorkspace ws(kWorkspaceBytes);
   uint32_t mirror[splitkv::kStatusWords] = {};
@@ -428,11 +430,11 @@ TEST(CheckWorkspaceStatusReportsAndHeals) {
   status[0] = splitkv::kStatusDirtyCounter, status[1] = 77, status[2] = 0xFFFFFFFFu;
   ws.counters()[77] = 0xFFFFFFFFu;
   EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
-                "check_workspace: workspace counter region corrupted: an earlier launch on this workspace found "
-                "counter 77 (bytes 308..312) holding 4294967295 when a split arrived",
+                "check_workspace: workspace counter region corrupted: expected the status record (bytes "
+                "8388352..8388608) to be 0 at rest, got 1 in its word 0",
                 "reset to zero");
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
-  // The mirror alone (the device record already cleared) reports too, and is cleared.
+  // The mirror (a CUDA launch's report) is reported as the launch's, and is cleared.
   mirror[0] = splitkv::kStatusDirtyCounter, mirror[1] = 3, mirror[2] = 65536;
   EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
                 "found counter 3 (bytes 12..16) holding 65536");
@@ -440,14 +442,16 @@ TEST(CheckWorkspaceStatusReportsAndHeals) {
   splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr);
   // A record no launch writes (another code, a counter past the region) is named as stray
   // bytes, not read as a counter index.
-  for (const uint32_t code : {splitkv::kStatusDirtyCounter, 7u}) {
-    status[0] = code, status[1] = code == 7u ? 5u : static_cast<uint32_t>(splitkv::kMaxCounters), status[2] = 9;
+  const uint32_t stray[][splitkv::kStatusWords] = {
+      {splitkv::kStatusDirtyCounter, static_cast<uint32_t>(splitkv::kMaxCounters), 9, 0}, {7, 5, 9, 0}, {1, 5, 9, 4}};
+  for (const auto& words : stray) {
+    for (int w = 0; w < splitkv::kStatusWords; ++w) mirror[w] = words[w];
     EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", buffer, splitkv::Backend::kCpu, nullptr),
                   "check_workspace: workspace counter region corrupted: expected the status record (bytes "
                   "8388352..8388368) to be 0 or a launch's report {1, counter < 2097088, value, 0}, got {" +
-                  std::to_string(code) + ", " + std::to_string(status[1]) + ", 9, 0}",
+                  std::to_string(words[0]) + ", " + std::to_string(words[1]) + ", 9, " + std::to_string(words[3]) + "}",
                   "reset to zero");
-    EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+    EXPECT_EQ(0u, mirror[0]);
   }
   ws.counters()[5] = 1;
   splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);

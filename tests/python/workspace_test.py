@@ -255,7 +255,7 @@ def test_counter_region_entry_points_wait_for_no_call():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("new_bytes", [1 << 20, 64 << 20])
+@pytest.mark.parametrize("new_bytes", [1 << 20, 64 << 20, None])
 def test_workspace_tensor_resized_in_place(device, new_bytes):
     # The fast path caches the workspace's C++ view: a resize_ of Workspace.tensor (the same
     # object, another address or size) must be seen by the next call, never a freed pointer
@@ -265,6 +265,11 @@ def test_workspace_tensor_resized_in_place(device, new_bytes):
     problem = harness.make_ragged([6, 2], [700, 9], group=4, dtype=_DTYPE, device=device)
     expected = problem.reference()[0]
     harness.assert_close(problem.run(workspace, num_splits=3), expected, _DTYPE)
+    if new_bytes is None:  # the same size and address, restrided: no longer contiguous
+        workspace.tensor.as_strided_((16 << 20,), (0,))
+        with pytest.raises(ValueError, match=r"ragged_attention: workspace is not contiguous"):
+            problem.run(workspace, num_splits=3)
+        return
     workspace.tensor.resize_(new_bytes)
     assert workspace.nbytes == new_bytes
     if new_bytes < splitkv.COUNTER_REGION_BYTES:
@@ -304,6 +309,17 @@ def test_stray_in_use_word_is_healed(device):
         else:
             check()
             in_use_word.zero_()
+        harness.assert_close(problem.run(buffer, num_splits=3), expected, _DTYPE)
+        splitkv.check_counter_region(buffer)
+    if device == "cpu":
+        # A launch's own claim value (bytes cloned from a workspace in use) reads as in use
+        # until reset_counter_region, as the message says.
+        in_use_word.fill_(0x53504B56)
+        with pytest.raises(ValueError, match=r"ragged_attention: workspace in use: expected its "
+                           r"in-use word .*\(if no launch is running, ResetCounterRegion / "
+                           r"splitkv.reset_counter_region clears it\); nothing was computed"):
+            problem.run(buffer, num_splits=3)
+        splitkv.reset_counter_region(buffer)
         harness.assert_close(problem.run(buffer, num_splits=3), expected, _DTYPE)
         splitkv.check_counter_region(buffer)
 
