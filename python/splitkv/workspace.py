@@ -348,8 +348,9 @@ def check_workspace(workspace):
     TypeError
         workspace is neither a Workspace nor a uint8 tensor.
     ValueError
-        A dirty counter was recorded ("workspace counter region corrupted: ..."), or the
-        buffer is smaller than the counter region.
+        A dirty counter was recorded, or stray bytes sit in the status record ("workspace
+        counter region corrupted: ..."); the buffer is smaller than the counter region; or
+        another thread's call is using it ("workspace in use").
     """
     buffer = _checks.workspace_tensor("check_workspace", workspace)
     with exclusive("check_workspace", workspace, check=False), on_device(buffer.device):
@@ -441,7 +442,8 @@ def check_counter_region(workspace):
         workspace is neither a Workspace nor a uint8 tensor.
     ValueError
         A counter is nonzero ("counter region not zero", with the count and the first
-        nonzero counter's index, byte and value), or the buffer is smaller than the region.
+        nonzero counter's index, byte and value); the buffer is smaller than the region; or
+        another thread's call is using it ("workspace in use").
     """
     buffer = _checks.workspace_tensor("check_counter_region", workspace)
     with exclusive("check_counter_region", workspace, check=False):
