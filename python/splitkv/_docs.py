@@ -1,5 +1,6 @@
-"""The parameter paragraphs paged_attention and ragged_attention share, in one place, so the
-semantics, guarantees and measured costs they state cannot drift apart.
+"""The parameter paragraphs several public functions share (paged_attention and
+ragged_attention; the workspace entry points), in one place, so the semantics, guarantees
+and measured costs they state cannot drift apart.
 
 A docstring names a paragraph by a line holding only ``@name@`` at its parameters'
 indentation; :func:`shared_params` puts the paragraph there.
@@ -51,6 +52,10 @@ batch_invariant : bool, default False
     where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA
     the calls the wgmma prefill serves (its CTAs fold the splits), which need only the
     counter region.
+""",
+    "workspace_buffer": """\
+workspace : Workspace or torch.Tensor
+    A Workspace, or a user's uint8 buffer of at least ``COUNTER_REGION_BYTES`` bytes.
 """,
     "sinks": """\
 sinks : torch.Tensor, optional

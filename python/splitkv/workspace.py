@@ -11,6 +11,7 @@ import os
 import torch
 
 from splitkv import _checks
+from splitkv import _docs
 from splitkv import _splitkv
 
 COUNTER_REGION_BYTES = _splitkv.kCounterRegionBytes
@@ -330,6 +331,7 @@ def _status_call_args(workspace, buffer):
     return view, _splitkv.Backend.cpu, 0
 
 
+@_docs.shared_params
 def check_workspace(workspace):
     """Raises ValueError if a launch on ``workspace`` recorded a dirty counter (see
     :meth:`Workspace.raise_if_error`). Reads the status record at the end of the counter
@@ -340,8 +342,7 @@ def check_workspace(workspace):
 
     Parameters
     ----------
-    workspace : Workspace or torch.Tensor
-        A Workspace, or a user's uint8 buffer of at least ``COUNTER_REGION_BYTES`` bytes.
+    @workspace_buffer@
 
     Raises
     ------
@@ -357,6 +358,7 @@ def check_workspace(workspace):
         _splitkv.CheckWorkspaceStatus("check_workspace", *_status_call_args(workspace, buffer))
 
 
+@_docs.shared_params
 def reset_counter_region(workspace):
     """Zeroes the counter region of ``workspace`` and clears its status record: the way back
     after a fault (:meth:`Workspace.reset` for a Workspace), e.g. for a user's buffer whose
@@ -368,8 +370,7 @@ def reset_counter_region(workspace):
 
     Parameters
     ----------
-    workspace : Workspace or torch.Tensor
-        A Workspace, or a user's uint8 buffer of at least ``COUNTER_REGION_BYTES`` bytes.
+    @workspace_buffer@
 
     Raises
     ------
@@ -427,14 +428,14 @@ def check_every_call(op, workspace, buffer, when):
                  "the region was reset to zero")
 
 
+@_docs.shared_params
 def check_counter_region(workspace):
-    """Raises ValueError unless the counter region of ``workspace`` is all zero.
+    """Raises ValueError unless the counter region of ``workspace`` is all zero. A CUDA
+    buffer's counter region is copied to the host (a sync).
 
     Parameters
     ----------
-    workspace : Workspace or torch.Tensor
-        A Workspace, or a user's uint8 buffer of at least ``COUNTER_REGION_BYTES`` bytes.
-        A CUDA buffer's counter region is copied to the host (a sync).
+    @workspace_buffer@
 
     Raises
     ------
