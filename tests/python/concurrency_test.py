@@ -189,20 +189,24 @@ def test_workspaces_on_threads_run_together(device, num_threads):
 
 def _queue_on_streams(problems, workspaces, rounds, sleep_cycles=0):
     """One thread queues `rounds` calls on each of two new streams without syncing (round r
-    runs problem (r + s) % len(problems) on stream s, with workspaces[s]); with sleep_cycles
-    each call first waits that long on its stream on the GPU. Returns [(problem index, out,
-    lse)] once the device is idle."""
+    runs problem (r + s) % len(problems) on stream s, with workspaces[s]). With sleep_cycles,
+    each round first holds both streams on the GPU: stream 0 sleeps that long and stream 1
+    waits for it, so the round's two calls are both queued before either may start, and
+    without an order between them they would start at the same instant. Returns [(problem
+    index, out, lse)] once the device is idle."""
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     for stream in streams:
         stream.wait_stream(torch.cuda.current_stream())
     results = []
     for round_ in range(rounds):
+        if sleep_cycles:
+            with torch.cuda.stream(streams[0]):
+                torch.cuda._sleep(sleep_cycles)
+            streams[1].wait_stream(streams[0])
         for s, stream in enumerate(streams):
             index = (round_ + s) % len(problems)
             problem, options = problems[index]
             with torch.cuda.stream(stream):
-                if sleep_cycles:
-                    torch.cuda._sleep(sleep_cycles)
                 out, lse = problem.run(workspaces[s], return_lse=True, **options)
             results.append((index, out, lse))
     torch.cuda.synchronize()
@@ -250,15 +254,19 @@ def test_one_workspace_two_streams_serialized(kind):
 @pytest.mark.parametrize("kind", ["Workspace", "user buffer"])
 def test_one_workspace_two_streams_meeting_on_the_gpu(kind):
     # The calls above finish on the GPU before the host enqueues the next, so they would pass
-    # unordered too. Here each call first sleeps on its stream on the GPU (~1 ms), so both
-    # streams' calls are queued before either runs and would start together: a decode of
-    # 32768 keys in 32 splits (tens of microseconds) beside a short split decode, on the same
-    # counters and partials. Ordered, the later-queued call waits for the other: the serial
-    # bits, every round, and the counters zero.
+    # unordered too. Here both streams are held on the GPU (~1 ms) until a round's two calls
+    # are queued, then released together: two decodes of 16384 keys in 16 splits (128 CTAs
+    # each, so both grids fit the GPU at once) over different data, or one of them beside a
+    # short three-request split decode, on the same counters and partial slots. Unordered,
+    # each tile's counter would count both launches' arrivals and merge a mix of their
+    # partials (this test fails with the stream order switched off). Ordered, the later-
+    # queued call waits for the other: the serial bits, every round, and the counters zero.
     harness.require("cuda")
     problems = [
-        (harness.make_paged([32768], page_size=16, num_kv_heads=8, group=4, head_dim=128,
-                            dtype=_DTYPE, device="cuda", seed=41), {"num_splits": 32}),
+        (harness.make_paged([16384], page_size=16, num_kv_heads=8, group=4, head_dim=128,
+                            dtype=_DTYPE, device="cuda", seed=41), {"num_splits": 16}),
+        (harness.make_paged([16384], page_size=16, num_kv_heads=8, group=4, head_dim=128,
+                            dtype=_DTYPE, device="cuda", seed=43), {"num_splits": 16}),
         (harness.make_paged([2000, 700, 1500], page_size=16, num_kv_heads=8, group=4,
                             head_dim=128, dtype=_DTYPE, device="cuda", seed=42), {"num_splits": 8}),
     ]
