@@ -34,6 +34,11 @@ struct SoftmaxScales {
         exp_scale(soft_cap > 0.0f || scale_log2 <= 0.0f ? 1.0f : scale_log2) {}  // members in order
 };
 
+// A probability stays below 2^kLazyRescaleLog2 against a stale running max (the lazy
+// rescale of the default decode and prefill: a row's max is raised only when a block's max
+// passes it by more than this, so most blocks leave the output accumulator as it is).
+inline constexpr float kLazyRescaleLog2 = 8.0f;
+
 // The pieces of BlockSoftmax, each one float operation sequence, for a caller that runs
 // them on part of a block (the decode kernel's wgmma-order path: a warp exponentiates its
 // quarter of the keys, then every thread sums the whole block's probabilities).
@@ -47,6 +52,19 @@ __device__ __forceinline__ float UpdateRowMax(float block_max, const SoftmaxScal
   alpha = FastExp2(row_max - m_ref);
   row_max = m;
   return m_ref;
+}
+// UpdateRowMax with a lazily raised max (kLazy BlockSoftmax): the running max moves only
+// where the block's passes it by more than kLazyRescaleLog2 (or the row had none), else
+// alpha is exactly 1 and the exponents subtract the stale max, so the probabilities stay
+// below 2^kLazyRescaleLog2. Not for batch-invariant rows: where a max moves depends on the
+// blocks before, which a split boundary restarts.
+__device__ __forceinline__ float UpdateRowMaxLazy(float block_max, const SoftmaxScales& sc, float& row_max,
+                                                  float& alpha) {
+  const float m = fmaxf(row_max, block_max * sc.exp_scale);
+  // -inf - -inf is NaN: no comparison holds, the row keeps -inf (no key seen yet).
+  if (m - row_max > kLazyRescaleLog2) return UpdateRowMax(block_max, sc, row_max, alpha);
+  alpha = 1.0f;
+  return row_max == SPLITKV_NEG_INF ? 0.0f : row_max;
 }
 // A logit's probability against the row's reference.
 __device__ __forceinline__ float ExpLogit(float s, const SoftmaxScales& sc, float m_ref) {
@@ -124,8 +142,9 @@ __device__ __forceinline__ void PrepareLogits(float (&s)[kSRegs], int j0, int la
 // select, so a NaN logit never survives. One path for every scale (a second copy of the loop
 // body spilled in the prefill). The max is a tree and the sum four chains, shortening what
 // sits between a block's S and its P V (ncu on the H200, 1 x 16k causal: 689 instructions a
-// warp per block against FlashAttention-3's 496).
-template <int kSRegs, int kBlockN>
+// warp per block against FlashAttention-3's 496). kLazy: the running max is raised lazily
+// (UpdateRowMaxLazy), so alpha is 1 on most blocks and the caller may skip the rescale.
+template <int kSRegs, int kBlockN, bool kLazy = false>
 __device__ __forceinline__ void BlockSoftmax(float (&s)[kSRegs], int j0, int lane, const SoftmaxScales& sc,
                                              const bool (&row_valid)[2], const int (&row_lo)[2],
                                              const int (&row_hi)[2], float (&row_max)[2], float (&row_sum)[2],
@@ -149,7 +168,8 @@ __device__ __forceinline__ void BlockSoftmax(float (&s)[kSRegs], int j0, int lan
     float m = fmaxf(fmaxf(t[0], t[2]), fmaxf(t[1], t[3]));
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    const float m_ref = UpdateRowMax(m, sc, row_max[i], alpha[i]);
+    const float m_ref =
+        kLazy ? UpdateRowMaxLazy(m, sc, row_max[i], alpha[i]) : UpdateRowMax(m, sc, row_max[i], alpha[i]);
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int c = 0; c < kPairs; ++c) {

@@ -151,9 +151,6 @@ struct BulkDecodeShape {
                 "kCtasPerSm CTAs fit an SM's shared memory");
 };
 
-// A probability stays below 2^kLazyRescaleLog2 against a stale running max.
-inline constexpr float kLazyRescaleLog2 = 8.0f;
-
 // The swizzle's XOR term of staged row `row`: the 16-byte chunk c of a 128-byte row sits at
 // c ^ (row % 8); of a 64-byte row (the 64-byte swizzle XORs address bits 4-5 with 7-8) at
 // c ^ ((row / 2) % 4).

@@ -11,9 +11,10 @@
 // ring (three at head_dim 64) by TMA (128-byte swizzled, completing on mbarriers), and gives
 // its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's
 // 128 query rows: S = Q K^T on wgmma with both operands in shared memory, the online softmax
-// in registers (the max over the raw logits, then exp2 of one fused multiply-add a logit with
-// the scale and log2(e) folded in), then O += P V with P from registers and V read
-// transposed (MN-major) from shared memory. Inside a warpgroup, S of block b + 1 and P V of
+// in registers (the max over the raw logits, raised lazily at head_dim 256 outside
+// batch-invariant calls, then exp2 of one fused multiply-add a logit with the scale and
+// log2(e) folded in), then O += P V with P from registers and V read transposed (MN-major)
+// from shared memory. Inside a warpgroup, S of block b + 1 and P V of
 // block b are issued together, and block b + 1's softmax runs while P V is on the tensor
 // cores; at head_dim <= 128 the two warpgroups also take turns issuing (ping-pong), so one's
 // softmax overlaps the other's products. A stage is handed back to the producer (its "empty"
@@ -484,9 +485,15 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   // wgmma reading `a` is in flight: ptxas may give the new values the registers of the old
   // ones, and would serialise the wgmmas to stay correct.
   const SoftmaxScales scales(p.sm_scale, p.logits_soft_cap);
+  // The running max raised lazily (alpha 1 on most blocks, the output's rescale skipped
+  // there) where no ping-pong hides the rescale: head_dim 256, whose 128 output registers
+  // a thread make it ~128 multiplies between P V's landing and the next issue. With ping-pong
+  // (head_dim 64 / 128) the other consumer's products cover it, and the skip's vote cost
+  // 1-2.5 % (H200, docs/perf_log.md 2026-12-05); batch-invariant rows never take it.
+  constexpr bool kLazyMax = !kInvariant && !S::kPingPong;
   auto softmax = [&](float (&s)[S::kSRegs], int b, float (&alpha)[2]) {
-    BlockSoftmax<S::kSRegs, S::kBlockN>(s, block_base + b * S::kBlockN, lane, scales, row_valid, row_lo, row_hi,
-                                        row_max, row_sum, alpha);
+    BlockSoftmax<S::kSRegs, S::kBlockN, kLazyMax>(s, block_base + b * S::kBlockN, lane, scales, row_valid, row_lo,
+                                                  row_hi, row_max, row_sum, alpha);
   };
   auto pack = [&](const float (&s)[S::kSRegs], uint32_t (&a)[S::kPSteps][4]) { PackProbabilities<T>(s, a); };
 
@@ -575,7 +582,8 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
         o_acc[4 * c + 2] = fmaf(o_acc[4 * c + 2], alpha[1], 0.0f);
         o_acc[4 * c + 3] = fmaf(o_acc[4 * c + 3], alpha[1], 0.0f);
       }
-    } else {
+    } else if (!kLazyMax || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+      // kLazyMax: skipped where no row of the warp raised its max (alpha is exactly 1).
 #pragma unroll
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
         o_acc[4 * c] *= alpha[0], o_acc[4 * c + 1] *= alpha[0];
