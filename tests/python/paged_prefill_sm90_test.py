@@ -2,10 +2,10 @@
 the float64 reference.
 
 On sm_90 the kernel serves a paged call's prefill tiles with one split, float16/bfloat16,
-head_dim 64, 128 or 256, a group dividing 128, pages of 8 slots or more, HND or NHD caches
-whose page maps the driver accepts (prefill_sm90.h); elsewhere, and for the cases it leaves
-out (pages of 4 slots, forced splits), the same calls run the mma.sync kernel, so these tests
-pass there too. Every call writes into a NaN-poisoned out over a NaN-filled workspace tail,
+head_dim 64, 128 or 256, a group dividing the tile's query rows (128; at head_dim 64 192, or
+else 128), pages of 8 slots or more, HND or NHD caches whose page maps the driver accepts
+(prefill_sm90.h); elsewhere, and for the cases it leaves out (pages of 4 slots, forced
+splits), the same calls run the mma.sync kernel, so these tests pass there too. Every call writes into a NaN-poisoned out over a NaN-filled workspace tail,
 and the counter region is checked zero after it. The caches hold NaN in every page tail,
 spare page and block-table padding (harness.make_paged); further cases poison keys that no
 query of a request sees (below a window, in the same page box as seen keys), place the
@@ -130,6 +130,17 @@ def test_sinks(head_dim):
     sinks = torch.randn(problem.q.shape[1], generator=torch.Generator().manual_seed(4)).cuda()
     for options in (dict(sinks=sinks), dict(sinks=sinks, window_left=0, logits_soft_cap=10.0)):
         _check(problem, dict(options, sm_scale=head_dim ** -0.5), num_splits=1)
+
+
+@pytest.mark.parametrize("group", [3, 12, 64, 128])
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_head_dim_64_tiles(group, page_size):
+    """head_dim 64's 192-row tiles over the cache: groups dividing 192 but not 128 (3, 12), a
+    tile of 3 tokens (64), and group 128 on the 128-row tile; chunks straddle the tiles."""
+    harness.require("cuda", torch.bfloat16, 64)
+    problem = _problem([130, 1, 70], [300, 64, 70], page_size=page_size, group=group, head_dim=64,
+                       num_kv_heads=1, seed=group + page_size)
+    _check(problem, dict(causal=True, sm_scale=0.125), num_splits=1)
 
 
 @pytest.mark.parametrize("options", [dict(page_size=4), dict(num_splits=3)],

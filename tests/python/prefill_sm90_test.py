@@ -1,7 +1,8 @@
 """The Hopper (sm_90a wgmma + TMA) ragged prefill against the float64 reference.
 
 The kernel serves ragged calls with one split, float16/bfloat16, head_dim 64, 128 or 256, a
-group size dividing 128 and 16-byte-aligned q/k/v; on other GPUs the same calls run the
+group size dividing its tile's query rows (128; at head_dim 64 192, or else 128) and
+16-byte-aligned q/k/v; on other GPUs the same calls run the
 mma.sync kernel, so these tests pass there too. Cases aim at the kernel's edges: lengths that
 are not multiples of its 128-row / 128-key tiles (64-key at head_dim 256), queries aligned to the end of longer or shorter
 KV, GQA packing, windows, soft cap, LSE, empty requests, NaN-poisoned out, strided k/v,
@@ -63,6 +64,19 @@ def test_wide_groups(group):
     problem = harness.make_ragged([33, 5], [70, 5], num_kv_heads=1, group=group, head_dim=128,
                                   dtype=torch.bfloat16, device="cuda", seed=group)
     _run_and_check(problem, dict(causal=True, sm_scale=0.09), poison_out=True)
+
+
+@pytest.mark.parametrize("group", [1, 3, 4, 6, 12, 48, 64, 96, 128])
+@pytest.mark.parametrize("causal", [True, False])
+def test_head_dim_64_tiles(group, causal):
+    """head_dim 64 runs 192-row tiles (three consumer warpgroups): groups dividing 192 (3, 6,
+    12, 48, 96 do not divide 128) get tiles of 192 / group tokens; group 128 the 128-row tile.
+    Lengths straddle the tiles' token counts."""
+    _require()
+    q_lens = [200, 1, 64 + group % 7, 97]
+    problem = harness.make_ragged(q_lens, [q + 31 for q in q_lens], num_kv_heads=1, group=group, head_dim=64,
+                                  dtype=torch.bfloat16, device="cuda", seed=group)
+    _run_and_check(problem, dict(causal=causal, sm_scale=0.11), poison_out=True)
 
 
 def test_negative_scale_and_large_logits():

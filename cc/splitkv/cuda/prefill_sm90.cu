@@ -31,11 +31,11 @@ bool EncodeMap(CUtensorMap* map, DType dtype, const void* base, int64_t head_dim
   return EncodeTensorMap(map, dtype, base, 3, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-template <typename T, int kHeadDim, bool kPaged, bool kInvariant>
+template <typename T, int kHeadDim, bool kPaged, bool kInvariant, int kConsumers>
 void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, const PrefillSm90Params& params,
             int64_t num_ctas, cudaStream_t stream, const char* op) {
-  using S = PrefillSm90Shape<kHeadDim>;
-  constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim, kPaged, kInvariant>;
+  using S = PrefillSm90Shape<kHeadDim, kConsumers>;
+  constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim, kPaged, kInvariant, kConsumers>;
   constexpr size_t kSmemBytes = kInvariant ? S::kInvariantSmemBytes : S::kSmemBytes;
   static std::atomic<uint64_t> done_devices{0};
   int device = 0;
@@ -52,20 +52,24 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
   CheckCuda(cudaGetLastError(), op);
 }
 
-template <int kHeadDim, bool kPaged, bool kInvariant>
+template <int kHeadDim, bool kPaged, bool kInvariant, int kConsumers = 2>
 void LaunchTyped(DType dtype, const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v,
                  const PrefillSm90Params& params, int64_t num_ctas, cudaStream_t stream, const char* op) {
-  dtype == DType::kBFloat16 ? Launch<__nv_bfloat16, kHeadDim, kPaged, kInvariant>(q, k, v, params, num_ctas, stream, op)
-                            : Launch<__half, kHeadDim, kPaged, kInvariant>(q, k, v, params, num_ctas, stream, op);
+  dtype == DType::kBFloat16
+      ? Launch<__nv_bfloat16, kHeadDim, kPaged, kInvariant, kConsumers>(q, k, v, params, num_ctas, stream, op)
+      : Launch<__half, kHeadDim, kPaged, kInvariant, kConsumers>(q, k, v, params, num_ctas, stream, op);
 }
 
-// Batch-invariant calls (head_dim 64 or 128 only: Serves) run their own instances.
+// Batch-invariant calls (head_dim 64 or 128 only: Serves) run their own instances; the tile
+// Serves chose (TileRows) picks the consumer count.
 template <bool kPaged>
 void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v,
                const PrefillSm90Params& params, int64_t num_ctas, cudaStream_t stream, const char* op) {
   const bool invariant = params.p.invariant_split_keys > 0;
   if (head_dim == 64) {
+    const bool three = int64_t{params.q_tile_tokens} * params.p.group_size == PrefillSm90Shape<64, 3>::kRows;
     invariant ? LaunchTyped<64, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op)
+    : three   ? LaunchTyped<64, kPaged, false, 3>(dtype, q, k, v, params, num_ctas, stream, op)
               : LaunchTyped<64, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
   } else if (head_dim == 256) {
     LaunchTyped<256, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
@@ -75,10 +79,18 @@ void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtens
   }
 }
 
+// The query rows of a call's tile: 64 a consumer warpgroup (PrefillSm90Consumers), or 128
+// where the group does not divide that (0: it divides neither, no tile serves it).
+int64_t TileRows(int64_t head_dim, bool invariant, int64_t group) {
+  const int64_t rows = 64 * PrefillSm90Consumers(static_cast<int>(head_dim), invariant);
+  if (group >= 1 && group <= rows && rows % group == 0) return rows;
+  return group >= 1 && group <= 128 && 128 % group == 0 ? 128 : 0;
+}
+
 // What both operations need of a call (Params: RaggedAttentionParams or
 // PagedAttentionParams): the kernel's head_dims and dtypes, one split, 16-bit K/V, a group
-// dividing the 128-row tile, 16-byte-aligned q and k/v, an sm_90a device, and the grid's
-// CTAs (returned in num_ctas, with the tile tokens and q tiles in params).
+// dividing the tile's rows (TileRows), 16-byte-aligned q and k/v, an sm_90a device, and the
+// grid's CTAs (returned in num_ctas, with the tile tokens and q tiles in params).
 template <typename Params>
 bool Serves(const Params& p, const SplitPlan& plan, const AttentionKernelParams& k, const char* op,
             PrefillSm90Params& params, int64_t& num_ctas) {
@@ -95,13 +107,13 @@ bool Serves(const Params& p, const SplitPlan& plan, const AttentionKernelParams&
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
   if (p.kv_storage.fp8_e4m3) return false;  // fp8 runs the mma.sync kernel
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  constexpr int kRows = PrefillSm90Shape<128>::kRows;  // the same for every head_dim
-  if (group < 1 || group > kRows || kRows % group != 0) return false;
+  const int64_t rows = TileRows(p.head_dim, plan.invariant_split_keys > 0, group);
+  if (rows == 0) return false;
   // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
   if (!k.q_vec || !k.kv_vec || p.total_q < 1) return false;
   if (TensorMapsDisabled() || !DeviceRunsSm90a(op)) return false;
 
-  const int64_t tile_tokens = kRows / group;
+  const int64_t tile_tokens = rows / group;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
   const int64_t num_q_tiles = (max_q + tile_tokens - 1) / tile_tokens;
   num_ctas = p.batch_size * p.num_kv_heads * num_q_tiles;

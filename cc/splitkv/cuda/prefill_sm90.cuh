@@ -9,8 +9,8 @@
 // pages: four warps) loads the query tile once and streams 128-key K and V blocks (64-key at
 // head_dim 256, whose output accumulator takes 128 registers a thread) through a two-stage
 // ring (three at head_dim 64) by TMA (128-byte swizzled, completing on mbarriers), and gives
-// its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 each own 64 of the tile's
-// 128 query rows: S = Q K^T on wgmma with both operands in shared memory, the online softmax
+// its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 (and 3 at head_dim 64:
+// PrefillSm90Consumers) each own 64 of the tile's 128 (192) query rows: S = Q K^T on wgmma with both operands in shared memory, the online softmax
 // in registers (the max over the raw logits, raised lazily at head_dim 256 outside
 // batch-invariant calls, then exp2 of one fused multiply-add a logit with the scale and
 // log2(e) folded in), then O += P V with P from registers and V read transposed (MN-major)
@@ -64,10 +64,24 @@ namespace splitkv::cuda {
 // K/V tensor maps with boxes of this many rows.
 constexpr int PrefillSm90BlockKeys(int head_dim) { return head_dim == 256 ? 64 : 128; }
 
-template <int kHeadDimT>
+// Consumer warpgroups of a CTA (64 query rows each) for the default instances: three at
+// head_dim 64, whose products are half of head_dim 128's while the softmax is the same size,
+// so two consumers' softmax run while the third's products hold the tensor cores (as
+// FlashAttention-3 tiles head_dim 64: 192 rows); two elsewhere (batch-invariant instances
+// included). A call whose group does not divide the 192-row tile runs the two-consumer one.
+constexpr int PrefillSm90Consumers(int head_dim, bool invariant) { return head_dim == 64 && !invariant ? 3 : 2; }
+
+template <int kHeadDimT, int kConsumersT = 2>
 struct PrefillSm90Shape {
-  static constexpr int kThreads = 384;  // producer warpgroup + 2 consumer warpgroups
-  static constexpr int kRows = 128;     // query rows per CTA
+  static constexpr int kConsumers = kConsumersT;
+  static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
+  static constexpr int kThreads = 128 * (1 + kConsumers);  // producer warpgroup + consumers
+  static constexpr int kRows = 64 * kConsumers;            // query rows per CTA
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  // setmaxnreg budgets: 65536 registers an SM over the CTA (FlashAttention-3's split).
+  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536, "one CTA's registers");
   static constexpr int kHeadDim = kHeadDimT;
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "wgmma prefill: head_dim 64, 128 or 256");
   static constexpr int kBlockN = PrefillSm90BlockKeys(kHeadDim);
@@ -93,12 +107,12 @@ struct PrefillSm90Shape {
   // + 1024: the dynamic shared memory base is aligned up to the swizzle atom in the kernel.
   static constexpr size_t kSmemBytes = kBarrierOffset + kNumBarriers * 8 + 1024;
   // Batch-invariant instances: each consumer thread's merged output rows (SplitFold), after
-  // the barriers: [kOutRegs / 4][256 consumer threads] float4s, a thread's accumulator
+  // the barriers: [kOutRegs / 4][kConsumerThreads] float4s, a thread's accumulator
   // registers 4 c .. 4 c + 3 side by side (16-byte accesses, a warp's 512 bytes contiguous).
   static constexpr uint32_t kFoldOffset = (kBarrierOffset + kNumBarriers * 8 + 15) / 16 * 16;
-  static constexpr size_t kFoldBytes = size_t{kOutRegs} * 256 * 4;
+  static constexpr size_t kFoldBytes = size_t{kOutRegs} * kConsumerThreads * 4;
   static constexpr size_t kInvariantSmemBytes = kSmemBytes + kFoldBytes;
-  static constexpr int kConsumerWarps = 8;
+  static constexpr int kConsumerWarps = 4 * kConsumers;
   // The consumers take turns issuing their wgmmas (see the kernel) at head_dim <= 128, where
   // the softmax is a larger share of a block's work; FlashAttention-3 makes the same choice.
   static constexpr bool kPingPong = kHeadDim <= 128;
@@ -116,7 +130,7 @@ struct PrefillSm90Params {
   PagedKvParams paged;
   int32_t box_rows = 0;
   bool slot_inner = true;
-  int32_t q_tile_tokens = 1;  // 128 / group_size
+  int32_t q_tile_tokens = 1;  // the shape's kRows / group_size
   int32_t num_q_tiles = 1;    // per (request, kv head)
 };
 
@@ -124,13 +138,13 @@ struct PrefillSm90Params {
 // kInvariant: a batch-invariant call (p.invariant_split_keys > 0), its own instance so the
 // default one carries none of its split handling (which cost the default prefill 1-2 % on
 // the H200 when compiled into it).
-template <typename T, int kHeadDim, bool kPaged, bool kInvariant>
-__global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
+template <typename T, int kHeadDim, bool kPaged, bool kInvariant, int kConsumers>
+__global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThreads, 1)
     PrefillSm90Kernel(const __grid_constant__ CUtensorMap tm_q, const __grid_constant__ CUtensorMap tm_k,
                       const __grid_constant__ CUtensorMap tm_v, const PrefillSm90Params params) {
 #if SPLITKV_SM90_DEVICE
   using namespace sm90;
-  using S = PrefillSm90Shape<kHeadDim>;
+  using S = PrefillSm90Shape<kHeadDim, kConsumers>;
   const AttentionKernelParams& p = params.p;
 
   // Same walk as the mma.sync kernel: (request, kv head) outer, q tiles last-first inside,
@@ -241,7 +255,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     // ---- producer ----
-    RegDealloc<24>();
+    RegDealloc<S::kProducerRegs>();
     if (threadIdx.x >= (four_copiers ? 128 : 32)) return;  // warp 0 produces, or warps 0-3
     const int lane = threadIdx.x % 32, producer_warp = threadIdx.x / 32;
     const int v_warp = four_copiers ? 1 : 0;  // copies V: zeroes the rows no row may see
@@ -352,7 +366,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   }
 
   // ---- consumers ----
-  RegAlloc<240>();
+  RegAlloc<S::kConsumerRegs>();
   const int consumer = warpgroup - 1;  // rows 64 * consumer ..
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int tile_rows = num_tokens * group;
@@ -419,7 +433,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
       for (int c = 0; c < S::kOutRegs / 4; ++c) {
         // Before a row's first split its old values are whatever shared memory held: only
         // selected away, never computed with into a kept value.
-        const float4 old = fold_rows[c * 256];
+        const float4 old = fold_rows[c * S::kConsumerThreads];
         float v[4] = {old.x, old.y, old.z, old.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -428,7 +442,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
           const float merged = FoldElement(v[k], wa[i], wb[i], part, false);
           v[k] = both_plain ? merged : !live[i] ? v[k] : first[i] ? part : merged;
         }
-        fold_rows[c * 256] = make_float4(v[0], v[1], v[2], v[3]);
+        fold_rows[c * S::kConsumerThreads] = make_float4(v[0], v[1], v[2], v[3]);
       }
     };
     if (plain) {
@@ -497,23 +511,23 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
   };
   auto pack = [&](const float (&s)[S::kSRegs], uint32_t (&a)[S::kPSteps][4]) { PackProbabilities<T>(s, a); };
 
-  // Ping-pong between the two consumers (FlashAttention-3's warp scheduling): they take turns
-  // issuing their wgmmas, so one's softmax runs while the other's products hold the tensor
-  // cores. Hardware barrier 1 + c is consumer c's turn: its 128 threads wait there for the
-  // other consumer's 128, which arrive right after issuing. Consumer 0 goes first (consumer 1
-  // arrives once up front); consumer 1 leaves out its last arrive, so each barrier gets as
-  // many arrivals as waits and none is left holding arrivals when the CTA exits. Both
-  // consumers issue at the same num_blocks + 1 points.
+  // Ping-pong between the consumers (FlashAttention-3's warp scheduling): they take turns
+  // issuing their wgmmas in a ring, so the others' softmax runs while one's products hold the
+  // tensor cores. Hardware barrier 1 + c is consumer c's turn: its 128 threads wait there for
+  // the previous consumer's 128, which arrive right after issuing. Consumer 0 goes first (the
+  // last consumer arrives once up front); the last consumer leaves out its last arrive, so
+  // each barrier gets as many arrivals as waits and none is left holding arrivals when the
+  // CTA exits. Every consumer issues at the same num_blocks + 1 points.
   auto turn_wait = [&]() {
     if constexpr (S::kPingPong) NamedBarrierSync(1 + consumer, 256);
   };
   auto turn_pass = [&](bool last) {
     if constexpr (S::kPingPong) {
-      if (!(last && consumer == 1)) NamedBarrierArrive(2 - consumer, 256);
+      if (!(last && consumer == S::kConsumers - 1)) NamedBarrierArrive(1 + (consumer + 1) % S::kConsumers, 256);
     }
   };
   if constexpr (S::kPingPong) {
-    if (num_blocks > 0 && consumer == 1) NamedBarrierArrive(1, 256);
+    if (num_blocks > 0 && consumer == S::kConsumers - 1) NamedBarrierArrive(1, 256);
   }
 
   MbarrierWait(q_full, 0);
@@ -638,7 +652,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim>::kThreads, 1)
     // (Rows that see no key keep whatever this loads: value() writes them as zeros.)
 #pragma unroll
     for (int c = 0; c < S::kOutRegs / 4; ++c) {
-      const float4 merged = fold_rows[c * 256];
+      const float4 merged = fold_rows[c * S::kConsumerThreads];
       o_acc[4 * c] = merged.x, o_acc[4 * c + 1] = merged.y, o_acc[4 * c + 2] = merged.z, o_acc[4 * c + 3] = merged.w;
     }
   } else {
