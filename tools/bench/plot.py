@@ -35,8 +35,8 @@ def save_plot(rows, meta, path):
     measured = [r for r in rows if r["status"] in ("ok", "FAIL") and r.get("seconds")]
     decode = [r for r in measured if r["section"] == "decode" and r.get("bytes_per_s")]
     prefill = [r for r in measured if r["section"] == "prefill" and r.get("flops_per_s")]
-    if not decode:
-        return "no decode results: no plot"
+    if not decode and not prefill:
+        return "no decode or prefill results: no plot"
     scale, unit = (1e12, "TB/s") if meta["device_type"] == "cuda" else (1e9, "GB/s")
     fl_scale, fl_unit = (1e12, "TFLOP/s") if meta["device_type"] == "cuda" else (1e9, "GFLOP/s")
     several_dtypes = len({r["dtype"] for r in decode + prefill}) > 1
@@ -45,8 +45,10 @@ def save_plot(rows, meta, path):
     head_dims = sorted({r["case"]["head_dim"] for r in decode})
     batches = sorted({r["case"]["batch"] for r in decode})
     grid_rows = len(head_dims) + (1 if prefill else 0)
-    figure = plt.figure(figsize=(max(7, 4.2 * len(batches)), 3.6 * grid_rows))
-    spec = figure.add_gridspec(grid_rows, len(batches))
+    columns = max(1, len(batches))  # a prefill-only run (`--only='^prefill'`): one wide panel
+    prefill_cases = len({(r["shape"], r["dtype"]) for r in prefill})
+    figure = plt.figure(figsize=(max(7, 4.2 * len(batches), 1.2 * prefill_cases + 3), 3.6 * grid_rows + 0.8))
+    spec = figure.add_gridspec(grid_rows, columns)
     first = None
     for i, head_dim in enumerate(head_dims):
         for j, batch in enumerate(batches):
@@ -79,7 +81,7 @@ def save_plot(rows, meta, path):
         _prefill_bars(figure.add_subplot(spec[grid_rows - 1, :]), prefill, styles, several_dtypes,
                       fl_scale, fl_unit)
     device = meta["device_name"].split(",")[0]
-    figure.suptitle(f"{device}, {meta['kv_layout']} pages; CUDA-graph figures where captured",
+    figure.suptitle(f"{device}, {meta.get('kv_layout', '')} pages; CUDA-graph figures where captured",
                     fontsize=10)
     figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the suptitle
     figure.savefig(path, dpi=110)
@@ -103,8 +105,9 @@ def _prefill_bars(ax, prefill, styles, several_dtypes, scale, unit):
                [r["flops_per_s"] / scale for r in mine], width=width, color=colour, label=impl,
                hatch=None if impl.startswith("splitkv") else "//", edgecolor="black", linewidth=0.4)
     ax.set_xticks(range(len(cases)))
-    ax.set_xticklabels(cases, fontsize=7)
+    ax.set_xticklabels(cases, fontsize=7, rotation=20, ha="right")
     ax.set_ylabel(f"causal prefill, {unit}", fontsize=8)
     ax.set_title("prefill (causal, ragged)", fontsize=9)
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=6, ncol=max(1, len(impls) // 6 + 1))
+    # Beside the bars, not over them (a full grid has ~17 implementations).
+    ax.legend(fontsize=6, ncol=1 + len(impls) // 12, loc="upper left", bbox_to_anchor=(1.0, 1.0))
