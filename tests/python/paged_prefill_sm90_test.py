@@ -5,9 +5,10 @@ On sm_90 the kernel serves a paged call's prefill tiles with one split, float16/
 head_dim 64, 128 or 256, a group dividing the tile's query rows (128; at head_dim 64 192, or
 else 128), pages of 8 slots or more, HND or NHD caches whose page maps the driver accepts
 (prefill_sm90.h); elsewhere, and for the cases it leaves out (pages of 4 slots, forced
-splits), the same calls run the mma.sync kernel, so these tests pass there too. Every call writes into a NaN-poisoned out over a NaN-filled workspace tail,
-and the counter region is checked zero after it. The caches hold NaN in every page tail,
-spare page and block-table padding (harness.make_paged); further cases poison keys that no
+splits), the same calls run the mma.sync kernel, so these tests pass there too. Every call
+writes into a NaN-poisoned out over a NaN-filled workspace tail, and the counter region is
+checked zero after it. The caches hold NaN in every page tail, spare page and block-table
+padding (harness.make_paged); further cases poison keys that no
 query of a request sees (below a window, in the same page box as seen keys), place the
 queries by kv_offsets / full_seq_lens, add sinks and a soft cap, replay a CUDA graph, and
 compare bit for bit with the ragged call of the same keys (both run the same kernel's

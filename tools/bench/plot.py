@@ -81,7 +81,7 @@ def save_plot(rows, meta, path):
         _prefill_bars(figure.add_subplot(spec[grid_rows - 1, :]), prefill, styles, several_dtypes,
                       fl_scale, fl_unit)
     device = meta["device_name"].split(",")[0]
-    figure.suptitle(f"{device}, {meta.get('kv_layout', '')} pages; CUDA-graph figures where captured",
+    figure.suptitle(f"{device}, {meta['kv_layout']} pages; CUDA-graph figures where captured",
                     fontsize=10)
     figure.tight_layout(rect=(0, 0, 1, 0.97))  # room for the suptitle
     figure.savefig(path, dpi=110)

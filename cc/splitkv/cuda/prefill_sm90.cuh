@@ -10,14 +10,14 @@
 // head_dim 256, whose output accumulator takes 128 registers a thread) through a two-stage
 // ring (three at head_dim 64) by TMA (128-byte swizzled, completing on mbarriers), and gives
 // its registers to the consumers (setmaxnreg). Warpgroups 1 and 2 (and 3 at head_dim 64:
-// PrefillSm90Consumers) each own 64 of the tile's 128 (192) query rows: S = Q K^T on wgmma with both operands in shared memory, the online softmax
-// in registers (the max over the raw logits, raised lazily at head_dim 256 outside
-// batch-invariant calls, then exp2 of one fused multiply-add a logit with the scale and
-// log2(e) folded in), then O += P V with P from registers and V read transposed (MN-major)
-// from shared memory. Inside a warpgroup, S of block b + 1 and P V of
-// block b are issued together, and block b + 1's softmax runs while P V is on the tensor
-// cores; at head_dim <= 128 the two warpgroups also take turns issuing (ping-pong), so one's
-// softmax overlaps the other's products. A stage is handed back to the producer (its "empty"
+// PrefillSm90Consumers) each own 64 of the tile's 128 (192) query rows: S = Q K^T on wgmma
+// with both operands in shared memory, the online softmax in registers (the max over the raw
+// logits, raised lazily at head_dim 256 outside batch-invariant calls, then exp2 of one fused
+// multiply-add a logit with the scale and log2(e) folded in), then O += P V with P from
+// registers and V read transposed (MN-major) from shared memory. Inside a warpgroup, S of
+// block b + 1 and P V of block b are issued together, and block b + 1's softmax runs while
+// P V is on the tensor cores; at head_dim <= 128 the consumer warpgroups also take turns
+// issuing (ping-pong), so the others' softmax overlaps one's products. A stage is handed back to the producer (its "empty"
 // barrier) as soon as the wgmma that read it has completed.
 //
 // Rows pack (tokens x the kv head's group of qo heads) as in the mma.sync kernel, so a GQA
