@@ -68,9 +68,13 @@ void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtens
   const bool invariant = params.p.invariant_split_keys > 0;
   if (head_dim == 64) {
     const bool three = int64_t{params.q_tile_tokens} * params.p.group_size == PrefillSm90Shape<64, 3>::kRows;
-    invariant ? LaunchTyped<64, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op)
-    : three   ? LaunchTyped<64, kPaged, false, 3>(dtype, q, k, v, params, num_ctas, stream, op)
-              : LaunchTyped<64, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
+    if (invariant) {
+      three ? LaunchTyped<64, kPaged, true, 3>(dtype, q, k, v, params, num_ctas, stream, op)
+            : LaunchTyped<64, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op);
+    } else {
+      three ? LaunchTyped<64, kPaged, false, 3>(dtype, q, k, v, params, num_ctas, stream, op)
+            : LaunchTyped<64, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
+    }
   } else if (head_dim == 256) {
     LaunchTyped<256, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
   } else {
