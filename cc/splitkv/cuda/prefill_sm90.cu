@@ -68,9 +68,13 @@ void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtens
   const bool invariant = params.p.invariant_split_keys > 0;
   if (head_dim == 64) {
     const bool three = int64_t{params.q_tile_tokens} * params.p.group_size == PrefillSm90Shape<64, 3>::kRows;
-    invariant ? LaunchTyped<64, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op)
-    : three   ? LaunchTyped<64, kPaged, false, 3>(dtype, q, k, v, params, num_ctas, stream, op)
-              : LaunchTyped<64, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
+    if (invariant) {
+      three ? LaunchTyped<64, kPaged, true, 3>(dtype, q, k, v, params, num_ctas, stream, op)
+            : LaunchTyped<64, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op);
+    } else {
+      three ? LaunchTyped<64, kPaged, false, 3>(dtype, q, k, v, params, num_ctas, stream, op)
+            : LaunchTyped<64, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
+    }
   } else if (head_dim == 256) {
     LaunchTyped<256, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
   } else {
@@ -81,8 +85,8 @@ void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtens
 
 // The query rows of a call's tile: 64 a consumer warpgroup (PrefillSm90Consumers), or 128
 // where the group does not divide that (0: it divides neither, no tile serves it).
-int64_t TileRows(int64_t head_dim, bool invariant, int64_t group) {
-  const int64_t rows = 64 * PrefillSm90Consumers(static_cast<int>(head_dim), invariant);
+int64_t TileRows(int64_t head_dim, int64_t group) {
+  const int64_t rows = 64 * PrefillSm90Consumers(static_cast<int>(head_dim));
   if (group >= 1 && group <= rows && rows % group == 0) return rows;
   return group >= 1 && group <= 128 && 128 % group == 0 ? 128 : 0;
 }
@@ -107,7 +111,7 @@ bool Serves(const Params& p, const SplitPlan& plan, const AttentionKernelParams&
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
   if (p.kv_storage.fp8_e4m3) return false;  // fp8 runs the mma.sync kernel
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t rows = TileRows(p.head_dim, plan.invariant_split_keys > 0, group);
+  const int64_t rows = TileRows(p.head_dim, group);
   if (rows == 0) return false;
   // TMA: 16-byte aligned bases and strides (k.q_vec / k.kv_vec say exactly that).
   if (!k.q_vec || !k.kv_vec || p.total_q < 1) return false;

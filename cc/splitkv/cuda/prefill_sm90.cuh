@@ -64,12 +64,13 @@ namespace splitkv::cuda {
 // K/V tensor maps with boxes of this many rows.
 constexpr int PrefillSm90BlockKeys(int head_dim) { return head_dim == 256 ? 64 : 128; }
 
-// Consumer warpgroups of a CTA (64 query rows each) for the default instances: three at
-// head_dim 64, whose products are half of head_dim 128's while the softmax is the same size,
-// so two consumers' softmax run while the third's products hold the tensor cores (as
-// FlashAttention-3 tiles head_dim 64: 192 rows); two elsewhere (batch-invariant instances
-// included). A call whose group does not divide the 192-row tile runs the two-consumer one.
-constexpr int PrefillSm90Consumers(int head_dim, bool invariant) { return head_dim == 64 && !invariant ? 3 : 2; }
+// Consumer warpgroups of a CTA (64 query rows each): three at head_dim 64, whose products are
+// half of head_dim 128's while the softmax is the same size, so two consumers' softmax run
+// while the third's products hold the tensor cores (as FlashAttention-3 tiles head_dim 64:
+// 192 rows); two elsewhere. Batch-invariant instances follow the same rule (a row's bits do
+// not depend on its tile). A call whose group does not divide the 192-row tile runs the
+// two-consumer one.
+constexpr int PrefillSm90Consumers(int head_dim) { return head_dim == 64 ? 3 : 2; }
 
 template <int kHeadDimT, int kConsumersT = 2>
 struct PrefillSm90Shape {
