@@ -79,6 +79,30 @@ def test_head_dim_64_tiles(group, causal):
     _run_and_check(problem, dict(causal=causal, sm_scale=0.11), poison_out=True)
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("pad", [0, 4, 8])
+def test_out_row_views(head_dim, pad):
+    """out as a view of wider rows: pad 0 and 8 keep rows 16-byte aligned (the epilogue stages
+    a warp's rows in shared memory and stores 16 bytes a lane), pad 4 does not (2-byte stores).
+    Every element of the view is written; the padding between rows is not touched."""
+    _require()
+    q_lens = [130, 1, 67]
+    problem = harness.make_ragged(q_lens, [q + 9 for q in q_lens], num_kv_heads=2, group=4, head_dim=head_dim,
+                                  dtype=torch.bfloat16, device="cuda", seed=head_dim + pad)
+    tokens, heads, _ = problem.q.shape
+    store = torch.full((tokens, heads, head_dim + pad), float("nan"), dtype=problem.dtype, device="cuda")
+    out = store[..., :head_dim]
+    options = dict(causal=True, sm_scale=head_dim ** -0.5)
+    workspace = harness.shared_workspace("cuda")
+    got, lse = problem.run(workspace, num_splits=1, return_lse=True, out=out, **options)
+    assert got is out
+    expected, expected_lse = problem.reference(**options)
+    harness.assert_close(got, expected, problem.dtype)
+    harness.assert_lse_close(lse, expected_lse)
+    assert torch.isnan(store[..., head_dim:]).all()
+    harness.assert_counter_region_zero(workspace)
+
+
 def test_negative_scale_and_large_logits():
     """The max is taken after scaling (a negative sm_scale flips it); large logits stay finite."""
     _require()

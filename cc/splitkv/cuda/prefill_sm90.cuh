@@ -664,8 +664,13 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
     }
   }
   const int quad = lane & 3;
+  // Each row's normalisation, its lse, and where it goes in out (-1: no row of the call).
+  bool row_seen[2];
+  float row_scale[2], row_keep[2];
+  int64_t row_off[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
+    row_seen[i] = false, row_scale[i] = 0.0f, row_keep[i] = 1.0f, row_off[i] = -1;
     if (!row_valid[i]) continue;
     const int r = consumer * 64 + warp * 16 + lane / 4 + 8 * i;
     const int t = r / group;
@@ -679,24 +684,57 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
     const float scale = folded ? FoldScale(fold[i]) : seen ? 1.0f / l : 0.0f;
     float lse = seen ? m + logf(l) : SPLITKV_NEG_INF;
     const float keep = SinkKeep(p, head, m, l, seen, lse);  // 1 without sinks
-    // This thread's element `reg` of the row, normalised; rows that see no key are written as
-    // zeros, not 0 * o (o may hold 0 * NaN).
-    auto value = [&](int reg) { return seen ? o_acc[reg] * scale * keep : 0.0f; };
-    T* dst = static_cast<T*>(p.out) + token * p.out_stride_token + head * p.out_stride_head + quad * 2;
-    if (p.out_vec) {
-#pragma unroll
-      for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        *reinterpret_cast<uint32_t*>(dst + c * 8) = PackPair<T>(value(4 * c + 2 * i), value(4 * c + 2 * i + 1));
-      }
-    } else {
-#pragma unroll
-      for (int c = 0; c < S::kOutRegs / 4; ++c) {
-        dst[c * 8] = FromFloat<T>(value(4 * c + 2 * i));
-        dst[c * 8 + 1] = FromFloat<T>(value(4 * c + 2 * i + 1));
-      }
-    }
+    row_seen[i] = seen, row_scale[i] = scale, row_keep[i] = keep;
+    row_off[i] = int64_t{token} * p.out_stride_token + int64_t{head} * p.out_stride_head;
     if (quad == 0 && p.lse != nullptr) {
       p.lse[static_cast<int64_t>(token) * p.layout_shape.num_qo_heads + head] = lse;
+    }
+  }
+  // This thread's element `reg` of row i, normalised; rows that see no key are written as
+  // zeros, not 0 * o (o may hold 0 * NaN).
+  auto value = [&](int i, int reg) { return row_seen[i] ? o_acc[reg] * row_scale[i] * row_keep[i] : 0.0f; };
+  T* const out = static_cast<T*>(p.out);
+  if (p.out_vec) {
+    // Whole rows in 16-byte stores: the warp's 16 rows go through shared memory (this warp's
+    // own rows of the Q tile, spent once the consumer's last S landed), since the accumulator
+    // layout gives a thread 4 bytes of a row at a time, and 4-byte stores write each 32-byte
+    // sector in halves (L2 sectors written 1.8x the output's at 64 x 256: docs/perf_log.md
+    // 2026-12-04). Rows are 128-byte pieces a half of head_dim as Q's are, 16-byte chunk j of
+    // row r at j ^ (r % 8): both the 4-byte writes and the 16-byte reads are conflict-free.
+    unsigned char* const rows = smem + S::kQOffset + (consumer * 64 + warp * 16) * 128;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int rr = lane / 4 + 8 * i;
+#pragma unroll
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
+        const int chunk = (c % 8) ^ (rr % 8);
+        *reinterpret_cast<uint32_t*>(rows + (c / 8) * S::kQHalfBytes + rr * 128 + chunk * 16 + quad * 4) =
+            PackPair<T>(value(i, 4 * c + 2 * i), value(i, 4 * c + 2 * i + 1));
+      }
+    }
+    __syncwarp();
+    constexpr int kChunks = kHeadDim / 8;            // 16-byte chunks a row
+    constexpr int kRowsPerPass = 32 / kChunks;       // rows a warp copies at once (<= 4)
+#pragma unroll
+    for (int k = 0; k < 16 / kRowsPerPass; ++k) {
+      const int rr = k * kRowsPerPass + lane / kChunks;  // rr / 8 is k * kRowsPerPass / 8
+      const int cc = lane % kChunks;
+      // Row rr's destination from the lane holding it (lane 4 * (rr % 8), its row rr / 8).
+      const int64_t off = __shfl_sync(0xffffffffu, row_off[(k * kRowsPerPass) / 8], 4 * (rr % 8));
+      const uint4 v = *reinterpret_cast<const uint4*>(rows + (cc / 8) * S::kQHalfBytes + rr * 128 +
+                                                       ((cc % 8) ^ (rr % 8)) * 16);
+      if (off >= 0) *reinterpret_cast<uint4*>(out + off + cc * 8) = v;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (row_off[i] < 0) continue;
+      T* dst = out + row_off[i] + quad * 2;
+#pragma unroll
+      for (int c = 0; c < S::kOutRegs / 4; ++c) {
+        dst[c * 8] = FromFloat<T>(value(i, 4 * c + 2 * i));
+        dst[c * 8 + 1] = FromFloat<T>(value(i, 4 * c + 2 * i + 1));
+      }
     }
   }
 #elif defined(__CUDA_ARCH__)
