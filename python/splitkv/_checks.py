@@ -211,12 +211,14 @@ def workspace_device(op, device):
     if isinstance(device, bool) or not isinstance(device, (torch.device, str, int)):
         fail(op, "device", "has the wrong type", "a torch.device, a str or an int",
              _type_text(device), error=TypeError)
+    # An int N is CUDA device N (torch.device(N) means the current accelerator and raises
+    # where the process has none, which would read as "not a device").
     try:
-        dev = torch.device(device)
+        dev = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     except (RuntimeError, ValueError):  # torch's own message names no argument
         dev = None
     if dev is None:
-        fail(op, "device", "is not a device", "'cpu', 'cuda' or 'cuda:N'", repr(device))
+        fail(op, "device", "is not a device", "'cpu', 'cuda', 'cuda:N' or an int N >= 0", repr(device))
     if dev.type not in BACKENDS:
         fail(op, "device", "unsupported", "a cpu or cuda device", repr(str(dev)))
     if dev.type == "cuda":

@@ -190,8 +190,9 @@ class Workspace:
     nbytes : int
         Size in bytes, >= ``COUNTER_REGION_BYTES`` (8 MiB). A call whose planned splits do
         not fit uses fewer (see :func:`required_workspace_bytes`).
-    device : torch.device or str, default "cpu"
-        Where the buffer lives: the device of the tensors it will serve.
+    device : torch.device, str or int, default "cpu"
+        Where the buffer lives: the device of the tensors it will serve. An int N is
+        CUDA device N (``"cuda:N"``).
 
     Attributes
     ----------

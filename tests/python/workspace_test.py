@@ -167,9 +167,10 @@ def test_workspace_rejects_bad_sizes():
 
 def test_workspace_rejects_bad_devices():
     refusals = [
-        ("bogus", ValueError, r"Workspace: device is not a device: expected 'cpu', 'cuda' or "
-                              r"'cuda:N', got 'bogus'"),
-        (-1, ValueError, r"Workspace: device is not a device: expected 'cpu', 'cuda' or 'cuda:N', got -1"),
+        ("bogus", ValueError, r"Workspace: device is not a device: expected 'cpu', 'cuda', "
+                              r"'cuda:N' or an int N >= 0, got 'bogus'"),
+        (-1, ValueError, r"Workspace: device is not a device: expected 'cpu', 'cuda', 'cuda:N' or an "
+                         r"int N >= 0, got -1"),
         ("meta", ValueError, r"Workspace: device unsupported: expected a cpu or cuda device, got 'meta'"),
         (1.0, TypeError, r"Workspace: device has the wrong type: expected a torch.device, a str or an "
                          r"int, got 1.0"),
@@ -179,9 +180,12 @@ def test_workspace_rejects_bad_devices():
     if count == 0:
         refusals.append(("cuda", ValueError, r"Workspace: device is not available: expected a CUDA "
                                              r"device \(this process sees none\), got 'cuda'"))
-    refusals.append((f"cuda:{count}", ValueError,
-                     r"Workspace: device is not available: expected a CUDA device" +
-                     (f" index below {count}, got 'cuda:{count}'" if count else "")))
+    # The name and the int of a device the process lacks read alike (an int N is cuda:N).
+    for missing in (f"cuda:{count}", count):
+        refusals.append((missing, ValueError,
+                         r"Workspace: device is not available: expected a CUDA device" +
+                         (f" index below {count}, got 'cuda:{count}'" if count else
+                          r" \(this process sees none\), got 'cuda:0'")))
     for device, error, message in refusals:
         with pytest.raises(error, match=message):
             splitkv.Workspace(splitkv.COUNTER_REGION_BYTES, device)
