@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "cc/splitkv/cuda/launch.h"
@@ -68,13 +69,12 @@ void LaunchFor(DType dtype, int64_t head_dim, const CUtensorMap& q, const CUtens
   const bool invariant = params.p.invariant_split_keys > 0;
   if (head_dim == 64) {
     const bool three = int64_t{params.q_tile_tokens} * params.p.group_size == PrefillSm90Shape<64, 3>::kRows;
-    if (invariant) {
-      three ? LaunchTyped<64, kPaged, true, 3>(dtype, q, k, v, params, num_ctas, stream, op)
-            : LaunchTyped<64, kPaged, true>(dtype, q, k, v, params, num_ctas, stream, op);
-    } else {
-      three ? LaunchTyped<64, kPaged, false, 3>(dtype, q, k, v, params, num_ctas, stream, op)
-            : LaunchTyped<64, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
-    }
+    auto launch = [&](auto invariant_tag) {
+      constexpr bool kInvariant = decltype(invariant_tag)::value;
+      three ? LaunchTyped<64, kPaged, kInvariant, 3>(dtype, q, k, v, params, num_ctas, stream, op)
+            : LaunchTyped<64, kPaged, kInvariant>(dtype, q, k, v, params, num_ctas, stream, op);
+    };
+    invariant ? launch(std::true_type{}) : launch(std::false_type{});
   } else if (head_dim == 256) {
     LaunchTyped<256, kPaged, false>(dtype, q, k, v, params, num_ctas, stream, op);
   } else {

@@ -14,7 +14,7 @@ namespace splitkv::cuda {
 // Enqueues the call on the sm_90a wgmma kernel and returns true when that kernel serves it:
 // a compute capability 9.0 device, float16/bfloat16, head_dim 64, 128 or 256, one split (or a
 // batch-invariant plan's splits at head_dim 64/128, merged inside the kernel), a group size
-// dividing the tile's query rows (128; 192, or else 128, for head_dim 64's default calls),
+// dividing the tile's query rows (128; at head_dim 64 192, or else 128),
 // q/k/v 16-byte aligned with strides in multiples of 8 elements, and tensor maps the driver
 // accepts. Returns false (nothing enqueued) otherwise, or when the
 // environment variable SPLITKV_DISABLE_SM90 is set to anything but "0" (A/B timing).

@@ -10,8 +10,8 @@
 //                  and a quarter of head_dim).
 //   prefill tiles: 64 rows (4 warps of 16 rows); every warp sees the whole key block.
 // Calls use decode tiles when a tile's rows (max_q_len x group) fit in 16, else prefill tiles
-// (calls the wgmma kernel serves run its own tiles: 128 rows, 192 at head_dim 64 outside
-// batch-invariant calls); batch-invariant calls as InvariantTile says.
+// (calls the wgmma kernel serves run its own tiles: 128 rows, 192 at head_dim 64 where the
+// group divides 192); batch-invariant calls as InvariantTile says.
 #ifndef SPLITKV_CUDA_TILE_CONFIG_H_
 #define SPLITKV_CUDA_TILE_CONFIG_H_
 
