@@ -121,7 +121,7 @@ def main(argv=None):
         if args.kernel not in name:
             continue
         loops = wait_loops(functions[mangled])
-        print(re.sub(r"\(.*", "", name)[:150])
+        print(name[:160])
         for loop in loops[: args.loops]:
             print(f"  loop {loop.start:#x}-{loop.end:#x}: {loop.instructions} instructions, {loop.hgmma} HGMMA;"
                   f" between the waits {loop.between_waits}; after the P V wait {loop.after_pv_wait}")
