@@ -15,9 +15,11 @@
 // logits, raised lazily at head_dim 256 outside batch-invariant calls, then exp2 of one fused
 // multiply-add a logit with the scale and log2(e) folded in), then O += P V with P from
 // registers and V read transposed (MN-major) from shared memory. Inside a warpgroup, S of
-// block b + 1 and P V of block b are issued together, and block b + 1's softmax runs while
-// P V is on the tensor cores; at head_dim <= 128 the consumer warpgroups also take turns
-// issuing (ping-pong), so the others' softmax overlaps one's products. A stage is handed back to the producer (its "empty"
+// block b + 1 and P V of block b are issued together, and the source runs block b + 1's
+// softmax before waiting for P V; but at head_dim 64 and 128 ptxas hoists that wait above the
+// softmax (the SASS, docs/perf_log.md 2026-12-05 session 41), so there the softmax runs after
+// P V lands. At head_dim <= 128 the consumer warpgroups also take turns issuing (ping-pong),
+// so the others' softmax overlaps one's products. A stage is handed back to the producer (its "empty"
 // barrier) as soon as the wgmma that read it has completed.
 //
 // Rows pack (tokens x the kv head's group of qo heads) as in the mma.sync kernel, so a GQA
@@ -533,8 +535,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
   }
 
   MbarrierWait(q_full, 0);
-  // Software pipeline inside the warpgroup: while P_b V_b runs on the tensor cores, the
-  // softmax of block b + 1 (whose S was issued just before) runs on the other units.
+  // Software pipeline inside the warpgroup: S of block b + 1 and P_b V_b are issued together,
+  // and the softmax of block b + 1 is written between the two waits (ptxas moves the second
+  // wait above it at head_dim 64 / 128: see the header comment).
   float s[S::kSRegs];
   uint32_t a[S::kPSteps][4];
   float alpha[2];
