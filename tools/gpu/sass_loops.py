@@ -29,7 +29,9 @@ import sys
 
 _INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _FUNCTION = re.compile(r"Function : (\S+)")
-_BRANCH = re.compile(r"\bBRA\b(?:\s+\S+)?\s+0x([0-9a-f]+)")
+# BRA, BRA.U, BRA.U.ANY, BRA.DIV ...; an optional predicate or register operand before the target.
+_BRANCH = re.compile(r"\bBRA(?:\.[A-Z]+)*(?:\s+[^,\s]+,)?\s+0x([0-9a-f]+)")
+_ARCH = re.compile(r"code for (sm_\w+)")
 _PREDICATE = re.compile(r"^@!?U?P[T0-9]+\s+")
 WAIT_S = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
 WAIT_PV = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
@@ -51,10 +53,18 @@ def opcode(text):
     return _PREDICATE.sub("", text).split()[0].split(".")[0]
 
 
-def parse_functions(lines):
-    """{mangled name: [(address, instruction text)]} from cuobjdump -sass output."""
-    functions, name = {}, None
+def parse_functions(lines, arch="sm_90a"):
+    """{mangled name: [(address, instruction text)]} from cuobjdump -sass output: the
+    functions of `arch`'s code (a fat binary lists each architecture's; output without
+    "code for" lines counts as `arch`)."""
+    functions, name, current = {}, None, arch
     for line in lines:
+        match = _ARCH.search(line)
+        if match:
+            current, name = match.group(1), None
+            continue
+        if current != arch:
+            continue
         match = _FUNCTION.search(line)
         if match:
             name = match.group(1)
@@ -110,13 +120,14 @@ def main(argv=None):
     parser.add_argument("binary", help="a cubin or a shared library with device code, or - for SASS on stdin")
     parser.add_argument("--kernel", default="PrefillSm90Kernel", help="substring of the demangled kernel name")
     parser.add_argument("--loops", type=int, default=1, help="loops to list a kernel, innermost first")
+    parser.add_argument("--arch", default="sm_90a", help="the architecture's code to read in a fat binary")
     args = parser.parse_args(argv)
     if args.binary == "-":
         lines = sys.stdin.read().splitlines()
     else:
         result = subprocess.run([find_cuobjdump(), "-sass", args.binary], capture_output=True, text=True, check=True)
         lines = result.stdout.splitlines()
-    functions = parse_functions(lines)
+    functions = parse_functions(lines, args.arch)
     for mangled, name in zip(functions, demangle(list(functions))):
         if args.kernel not in name:
             continue

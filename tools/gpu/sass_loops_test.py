@@ -52,3 +52,18 @@ def test_opcode_drops_predicate_and_modifiers():
     assert sass_loops.opcode("@!P0 FMUL.FTZ R1, R2, R3") == "FMUL"
     assert sass_loops.opcode("@UPT UIADD3 UR4, UR4, 0x1, URZ") == "UIADD3"
     assert sass_loops.opcode("MUFU.EX2 R6, R7") == "MUFU"
+
+
+def test_branch_forms_with_modifiers_and_operands_close_loops():
+    for back_edge in ("@P0 BRA.U.ANY 0x10", "@!P0 BRA P1, 0x10", "BRA.DIV UR8, 0x10", "BRA.U 0x10"):
+        body = _LOOP[:-2] + [back_edge, "EXIT"]
+        functions = sass_loops.parse_functions(_sass("_Z6kernelv", body))
+        (loop,) = sass_loops.wait_loops(functions["_Z6kernelv"])
+        assert (loop.start, loop.end) == (0x10, 0xC0), back_edge
+
+
+def test_only_the_chosen_architectures_code_is_read():
+    lines = ["\tcode for sm_80"] + _sass("_Z1fv", ["NOP", "EXIT"])
+    lines += ["\tcode for sm_90a"] + _sass("_Z1fv", _LOOP)
+    assert len(sass_loops.parse_functions(lines)["_Z1fv"]) == len(_LOOP)
+    assert len(sass_loops.parse_functions(lines, arch="sm_80")["_Z1fv"]) == 2
