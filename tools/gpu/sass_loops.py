@@ -3,6 +3,7 @@
     python3 tools/gpu/sass_loops.py .device/splitkv/_splitkv*.so           # PrefillSm90Kernel
     python3 tools/gpu/sass_loops.py --kernel=FlashAttnFwdSm90 flash_attn_3/_C.abi3.so
     cuobjdump -sass x.cubin | python3 tools/gpu/sass_loops.py -             # SASS on stdin
+    python3 tools/gpu/sass_loops.py --check x.cubin    # exit 1 if a loop's softmax follows P V
 
 For each kernel whose demangled name contains --kernel, every loop (a backward branch) that
 holds both of the kernel's wgmma waits (WARPGROUP.DEPBAR.LE gsb0, 0x1: S of the next block
@@ -105,6 +106,11 @@ def demangle(names):
     return result.stdout.splitlines()
 
 
+def softmax_after_pv_wait(loop):
+    """Whether the loop runs part of its softmax (an exponential or a max) after P V's wait."""
+    return loop.after_pv_wait["MUFU"] > 0 or loop.after_pv_wait["FMNMX"] > 0
+
+
 def find_cuobjdump():
     tool = shutil.which("cuobjdump")
     if tool:
@@ -121,6 +127,9 @@ def main(argv=None):
     parser.add_argument("--kernel", default="PrefillSm90Kernel", help="substring of the demangled kernel name")
     parser.add_argument("--loops", type=int, default=1, help="loops to list a kernel, innermost first")
     parser.add_argument("--arch", default="sm_90a", help="the architecture's code to read in a fat binary")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if a matching kernel has no wait loop, or its innermost one runs"
+                             " an exponential or a max after the P V wait")
     args = parser.parse_args(argv)
     if args.binary == "-":
         lines = sys.stdin.read().splitlines()
@@ -128,6 +137,7 @@ def main(argv=None):
         result = subprocess.run([find_cuobjdump(), "-sass", args.binary], capture_output=True, text=True, check=True)
         lines = result.stdout.splitlines()
     functions = parse_functions(lines, args.arch)
+    checked, failed = 0, []
     for mangled, name in zip(functions, demangle(list(functions))):
         if args.kernel not in name:
             continue
@@ -136,6 +146,15 @@ def main(argv=None):
         for loop in loops[: args.loops]:
             print(f"  loop {loop.start:#x}-{loop.end:#x}: {loop.instructions} instructions, {loop.hgmma} HGMMA;"
                   f" between the waits {loop.between_waits}; after the P V wait {loop.after_pv_wait}")
+        checked += 1
+        if not loops or softmax_after_pv_wait(loops[0]):
+            failed.append(name[:160])
+    if args.check:
+        if checked == 0 or failed:
+            print(f"FAIL: {len(failed)} of {checked} kernels matching {args.kernel!r} have no wait loop or run"
+                  " softmax work after the P V wait" + "".join(f"\n  {n}" for n in failed))
+            sys.exit(1)
+        print(f"OK: {checked} kernels matching {args.kernel!r} run their softmax between the waits")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
 """sass_loops on synthetic cuobjdump output: the loop holding both wgmma waits, its HGMMAs, and
 the softmax's instructions between the waits and after the second."""
 
+import io
+
+import pytest
+
 from tools.gpu import sass_loops
 
 
@@ -67,3 +71,19 @@ def test_only_the_chosen_architectures_code_is_read():
     lines += ["\tcode for sm_90a"] + _sass("_Z1fv", _LOOP)
     assert len(sass_loops.parse_functions(lines)["_Z1fv"]) == len(_LOOP)
     assert len(sass_loops.parse_functions(lines, arch="sm_80")["_Z1fv"]) == 2
+
+
+def _check(monkeypatch, body, kernel="kernel"):
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(_sass("_Z6kernelv", body))))
+    sass_loops.main(["--check", f"--kernel={kernel}", "-"])
+
+
+def test_check_passes_only_with_the_softmax_between_the_waits(monkeypatch, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _check(monkeypatch, _LOOP)  # an exponential after the P V wait
+    assert exit_info.value.code == 1
+    assert "FAIL: 1 of 1" in capsys.readouterr().out
+    _check(monkeypatch, [t for t in _LOOP if t != "MUFU.EX2 R8, R9"])
+    assert "OK: 1 kernels" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # a check that matched no kernel fails
+        _check(monkeypatch, _LOOP, kernel="no_such_kernel")
