@@ -60,18 +60,14 @@ def _median_per_call(calls, before):
 
 
 def probe(calls):
-    graph_s, _ = timing.time_calls(calls, torch.device("cuda", 0), 5, 20)
-    result = {"graph": graph_s * 1e6}
-    result["idle"] = _median_per_call(calls, None)
+    # graph, idle and eager_b2b are tools/bench/timing.py's own figures (graph replays, the
+    # bench's eager column, an eager round behind its sleep), so they read as the bench does.
+    cuda = torch.device("cuda", 0)
+    result = {"graph": timing.time_calls(calls, cuda, 5, 20)[0] * 1e6,
+              "idle": timing.time_eager(calls, 0, _SAMPLES) * 1e6}
     result["queued"] = _median_per_call(calls, lambda: torch.cuda._sleep(_SLEEP_CYCLES))
     result["idle_sleep"] = _median_per_call(calls, lambda: time.sleep(0.005))
-
-    def round_of_calls():
-        for call in calls:
-            call()
-
-    rounds = [_timed(round_of_calls, lambda: torch.cuda._sleep(_SLEEP_CYCLES)) / len(calls) for _ in range(6)]
-    result["eager_b2b"] = statistics.median(rounds)
+    result["eager_b2b"] = timing.time_calls(calls, cuda, 1, 6, use_graph=False)[0] * 1e6
     result["after_same"] = statistics.median([_timed(calls[0], calls[0]) for _ in range(12)])
     return result
 
