@@ -91,8 +91,8 @@ def wait_loops(instructions):
         first_pv = next((j for j, t in enumerate(body) if WAIT_PV in t), None)
         if first_s is None or first_pv is None or first_pv < first_s:
             continue
-        count = lambda part: collections.Counter(opcode(t) for t in part)  # noqa: E731
-        between, after = count(body[first_s:first_pv]), count(body[first_pv:])
+        between = collections.Counter(opcode(t) for t in body[first_s:first_pv])
+        after = collections.Counter(opcode(t) for t in body[first_pv:])
         loops.append(Loop(head, address, len(body), sum(opcode(t) == "HGMMA" for t in body),
                           {op: between[op] for op in SOFTMAX_OPS}, {op: after[op] for op in SOFTMAX_OPS}))
     return sorted(loops, key=lambda loop: loop.instructions)
