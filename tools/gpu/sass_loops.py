@@ -49,9 +49,14 @@ class Loop:
     after_pv_wait: dict  # op -> count from WAIT_PV to the backward branch
 
 
+def mnemonic(text):
+    """'@!P0 MUFU.EX2 R1, R2' -> 'MUFU.EX2' (the opcode with its modifiers)."""
+    return _PREDICATE.sub("", text).split()[0]
+
+
 def opcode(text):
     """'@!P0 FMUL.FTZ R1, R2, R3' -> 'FMUL'."""
-    return _PREDICATE.sub("", text).split()[0].split(".")[0]
+    return mnemonic(text).split(".")[0]
 
 
 def parse_functions(lines, arch="sm_90a"):

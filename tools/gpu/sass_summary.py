@@ -1,35 +1,35 @@
 """Summarises `cuobjdump -sass` output read from stdin: per kernel, the count of a few
 instruction kinds (local-memory loads/stores mean spills; HMMA the tensor-core mma.sync;
-LDGSTS cp.async; LDSM ldmatrix; MUFU.EX2 the exponentials)."""
+LDGSTS cp.async; LDSM ldmatrix; MUFU.EX2 the exponentials). Parsing is sass_loops.py's."""
 
 import collections
-import re
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from sass_loops import demangle, mnemonic, parse_functions  # noqa: E402
 
 KINDS = ["LDL", "STL", "HMMA", "LDGSTS", "LDSM", "MUFU.EX2", "BAR.SYNC", "ATOMG", "RED"]
 
 
+def counts_of(instructions):
+    """{kind: count} of KINDS in a function: a kind counts its modified forms (LDL.64 is an LDL)."""
+    counter = collections.Counter()
+    for _, text in instructions:
+        op = mnemonic(text)
+        for kind in KINDS:
+            if op == kind or op.startswith(kind + "."):
+                counter[kind] += 1
+    return counter
+
+
 def main():
-    counts = collections.OrderedDict()
-    name = None
-    for line in sys.stdin:
-        match = re.search(r"Function : (\S+)", line)
-        if match:
-            name = match.group(1)
-            counts[name] = collections.Counter()
-            continue
-        if name is None:
-            continue
-        match = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
-        if match:
-            op = match.group(1)
-            for kind in KINDS:
-                if op == kind or op.startswith(kind + "."):
-                    counts[name][kind] += 1
+    functions = parse_functions(sys.stdin.read().splitlines())
     print("kernel".ljust(60) + "".join(k.rjust(9) for k in KINDS))
-    for name, counter in counts.items():
-        short = re.sub(r"_ZN7splitkv4cuda15AttentionKernelI", "", name)[:58]
-        print(short.ljust(60) + "".join(str(counter[k]).rjust(9) for k in KINDS))
+    for mangled, name in zip(functions, demangle(list(functions))):
+        counter = counts_of(functions[mangled])
+        print(name.removeprefix("void splitkv::cuda::")[:58].ljust(60) + "".join(str(counter[k]).rjust(9) for k in KINDS))
 
 
 if __name__ == "__main__":
