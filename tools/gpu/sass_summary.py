@@ -6,9 +6,9 @@ import collections
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from sass_loops import demangle, mnemonic, parse_functions  # noqa: E402
+from tools.gpu.sass_loops import demangle, mnemonic, parse_functions  # noqa: E402
 
 KINDS = ["LDL", "STL", "HMMA", "LDGSTS", "LDSM", "MUFU.EX2", "BAR.SYNC", "ATOMG", "RED"]
 
