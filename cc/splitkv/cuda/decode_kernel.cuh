@@ -381,12 +381,20 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // (the partials the merging CTAs fetch, the page table, the kernel's code). On the H200:
   // 1 x 32k 44.9 -> 43.1 us, 16 x 8192 137.4 -> 136.0, 64 x 4096 265.4 -> 263.8.
   const uint64_t kv_policy = S::kPageTma ? EvictFirstPolicy() : 0;
+  // Boxes a block's copies fetch: all of them but in the split's last block, whose boxes wholly
+  // at or past key_end are skipped. Worked out once here, not per part: the division in the
+  // copy path put thread 0 (and with it warp 0) behind the other warps before two of the
+  // block's barriers (perf_log, session 41).
+  const int last_fetched =
+      S::kPageTma && num_blocks > 0
+          ? min(boxes, (key_end - (loop_begin + (num_blocks - 1) * S::kBlockN) + box_rows - 1) / box_rows)
+          : 0;
   // Tensor copies of block `block`'s K (which 1), V (2) or both (3) into buffer `buf` (K; V
   // in the next buffer when both), completing on `bar`. A thread copies K or V only, so its
   // next page id is always its next block's.
   auto copy_tiles = [&](int block, int which, int buf, uint64_t* bar) {
     const int j0 = loop_begin + block * S::kBlockN;
-    const int fetched = min(boxes, (key_end - j0 + box_rows - 1) / box_rows);
+    const int fetched = block + 1 < num_blocks ? boxes : last_fetched;
     const int num_parts = which == 3 ? 2 : 1;
     if (threadIdx.x == 0) MbarrierArriveExpectTx(bar, fetched * num_parts * S::kHalves * box_rows * S::kRowBytes);
     if (!copier || (which & (copy_v ? 2 : 1)) == 0) return;
