@@ -610,29 +610,46 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     const int k_row = (lane & 7) + (lane >> 4) * 8, k_bit = (lane >> 3) & 1;
     const int v_row = (lane & 7) + ((lane >> 3) & 1) * 8, v_bit = lane >> 4;
     const int row7 = lane & 7;
+    // S's 16-key column pairs np0 .. np0 + kPairs - 1 of the K part at s_k into dst (8 floats a
+    // pair): one chain a column tile, k-steps in order (the wgmma kernel's issue_s).
+    auto s_pairs = [&](auto pairs, const T* s_k, int np0, float* dst) {
+      constexpr int kPairs = decltype(pairs)::value;
+#pragma unroll
+      for (int e = 0; e < kPairs * 8; ++e) dst[e] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < S::kKSteps; ++ks) {
+#pragma unroll
+        for (int u = 0; u < kPairs; ++u) {
+          uint32_t b[4];
+          LdMatrixX4(b, s_k + KvOffset<S>(k_row + (np0 + u) * 16, ks * 2 + k_bit, row7));
+          Mma16816<T>(*reinterpret_cast<float(*)[4]>(dst + 8 * u), q_frag[ks], b[0], b[1]);
+          Mma16816<T>(*reinterpret_cast<float(*)[4]>(dst + 8 * u + 4), q_frag[ks], b[2], b[3]);
+        }
+      }
+    };
+    // kSharedLogits: warp w's slice of a block, column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31).
+    constexpr int kWarpNPairs = S::kBlockN / 16 / S::kWarpsN;  // 16-key column pairs a warp
+    constexpr int kWarpRegs = kWarpNPairs * 8;
+    // kSharedLogits: the warp's slice of S one block ahead. Block b + 1's S is computed beside
+    // block b's P V, so the two dependent HMMA chains overlap instead of following each other
+    // (one CTA an SM walks its split's blocks one after another: this chain is the grid's
+    // time; docs/perf_log.md session 41). Each row's operations and their order are those of
+    // S then P V block by block: the bits do not change.
+    float s_ahead[S::kSharedLogits ? kWarpRegs : 1];
+    if constexpr (S::kSharedLogits) {
+      if (num_blocks > 0) {
+        MbarrierWait(&stage_full[0], 0);
+        s_pairs(std::integral_constant<int, kWarpNPairs>{}, s_kv, warp * kWarpNPairs, s_ahead);
+      }
+      __syncthreads();  // every warp has read block 0's K: its buffer takes the stream's next part
+      load_part(S::kStages);
+    }
     for (int block = 0; block < num_blocks; ++block) {
       const int j0 = loop_begin + block * S::kBlockN;
       const int part_k = 2 * block, part_v = 2 * block + 1;
-      const T* const s_k = s_kv + (part_k % S::kStages) * S::kKvElems;
+      [[maybe_unused]] const T* const s_k = s_kv + (part_k % S::kStages) * S::kKvElems;  // !kSharedLogits
       T* const s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
-      MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
-      // S's 16-key column pairs np0 .. np0 + kPairs - 1 into dst (8 floats a pair): one chain a
-      // column tile, k-steps in order (the wgmma kernel's issue_s).
-      auto s_pairs = [&](auto pairs, int np0, float* dst) {
-        constexpr int kPairs = decltype(pairs)::value;
-#pragma unroll
-        for (int e = 0; e < kPairs * 8; ++e) dst[e] = 0.0f;
-#pragma unroll
-        for (int ks = 0; ks < S::kKSteps; ++ks) {
-#pragma unroll
-          for (int u = 0; u < kPairs; ++u) {
-            uint32_t b[4];
-            LdMatrixX4(b, s_k + KvOffset<S>(k_row + (np0 + u) * 16, ks * 2 + k_bit, row7));
-            Mma16816<T>(*reinterpret_cast<float(*)[4]>(dst + 8 * u), q_frag[ks], b[0], b[1]);
-            Mma16816<T>(*reinterpret_cast<float(*)[4]>(dst + 8 * u + 4), q_frag[ks], b[2], b[3]);
-          }
-        }
-      };
+      if constexpr (!S::kSharedLogits) MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
       // kSharedLogits: warp w computes column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31), the
       // same chains on the same operands as a thread computing the whole block, and takes
       // BlockSoftmax's steps that need no other keys on them: the scale and mask, its max (the
@@ -645,10 +662,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       float s[kSRegs];
       float alpha[2];
       if constexpr (S::kSharedLogits) {
-        constexpr int kWarpNPairs = S::kBlockN / 16 / S::kWarpsN;  // 16-key column pairs a warp
-        constexpr int kWarpRegs = kWarpNPairs * 8;
         float sw[kWarpRegs];
-        s_pairs(std::integral_constant<int, kWarpNPairs>{}, warp * kWarpNPairs, sw);
+#pragma unroll
+        for (int e = 0; e < kWarpRegs; ++e) sw[e] = s_ahead[e];
         PrepareLogits(sw, j0 + warp * 2 * kWarpRegs, lane, scales, row_valid, row_lo, row_hi);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -659,8 +675,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
           m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
           if ((lane & 3) == 0) s_block_max[warp * S::kRows + lane_row(i)] = m;
         }
-        __syncthreads();  // every warp has read K and stored its slice's maxima
-        load_part(part_k + S::kStages);  // K's buffer takes the stream's next part
+        __syncthreads();  // every warp has stored its slice's maxima
         float m_ref[2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
@@ -685,7 +700,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 #pragma unroll
         for (int i = 0; i < 2; ++i) row_sum[i] = AddBlockSum(s, i, alpha[i], row_sum[i]);
       } else {
-        s_pairs(std::integral_constant<int, S::kBlockN / 16>{}, 0, s);
+        s_pairs(std::integral_constant<int, S::kBlockN / 16>{}, s_k, 0, s);
         __syncthreads();  // every warp has read K: its buffer takes the stream's next part
         load_part(part_k + S::kStages);
         // The prefill's softmax (block_softmax.cuh), the same function.
@@ -716,6 +731,15 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         FenceProxyAsyncShared();  // the copy engine rewrites these bytes in a later round
         __syncthreads();
       }
+      if constexpr (S::kSharedLogits) {
+        // The next block's K, issued at least a block ago. After the split's last block the
+        // slice is computed from whatever the buffer holds (no copy is in flight into it) and
+        // never used: one straight sequence lets the compiler interleave the two chains.
+        const int next_k = part_k + 2;
+        if (block + 1 < num_blocks) MbarrierWait(&stage_full[next_k % S::kStages], (next_k / S::kStages) & 1);
+        s_pairs(std::integral_constant<int, kWarpNPairs>{}, s_kv + (next_k % S::kStages) * S::kKvElems,
+                warp * kWarpNPairs, s_ahead);
+      }
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
 #pragma unroll
@@ -726,8 +750,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
           Mma16816<T>(acc[2 * dp + 1], a[kk], b[2], b[3]);
         }
       }
-      __syncthreads();  // the part is overwritten by the next load
+      __syncthreads();  // every warp has read V (and, kSharedLogits, the next block's K)
       load_part(part_v + S::kStages);
+      if constexpr (S::kSharedLogits) load_part(part_k + 2 + S::kStages);
     }
     const uint32_t ticket = p.num_splits > 1 ? CountSplitIn(p, request, kv_head, q_tile) : 0u;
 #pragma unroll
