@@ -78,7 +78,7 @@ static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == kBulkDecodeRingCtasPe
 template <int kHeadDim, bool kPageTma, int kStages = 3>
 using WgmmaOrderDecodeShape = BulkDecodeShape<kHeadDim, 128, kStages, kPageTma, true, false, false, true>;
 static_assert(WgmmaOrderDecodeShape<128, true>::kMinBlocks == 2 && WgmmaOrderDecodeShape<128, false>::kMinBlocks == 2);
-static_assert(WgmmaOrderDecodeShape<64, true>::kMinBlocks == 3);
+static_assert(WgmmaOrderDecodeShape<64, true>::kMinBlocks == 3 && WgmmaOrderDecodeShape<128, true, 4>::kMinBlocks == 1);
 
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape, template <typename> class KvSourceT = PagedKvSource>
@@ -109,6 +109,16 @@ static_assert(WgmmaOrderTwoPerSmD64Shape::kMinBlocks == 2 &&
 template <typename T, int kHeadDim>
 void LaunchWgmmaOrderTma(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
                          int64_t num_tiles, int64_t sm_count, cudaStream_t stream, const char* op) {
+  // At most one CTA an SM: a ring of 4 parts. A block's S runs beside the previous block's P V
+  // (decode_kernel.cuh), so its K must land about half a block after the three-part ring
+  // issues it; four parts issue it a block earlier. Same values either way. H200, batch-
+  // invariant, 32 / 8 heads, page 16, us, three parts / four: d64 1 x 32768 29.1 / 28.6, 8 x
+  // 4096 27.6 / 27.1; at d128 three parts lost to the old loop on these grids (1 x 32768 39.5
+  // against 38.0; docs/perf_log.md session 43).
+  if (sm_count > 0 && num_tiles * params.num_splits <= sm_count) {
+    return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, true, 4>>::Launch(params, kv, num_tiles, stream, op,
+                                                                                   maps);
+  }
   if constexpr (kHeadDim == 64) {
     if (D64TwoPerSmGrid(params, num_tiles, sm_count)) {
       return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);

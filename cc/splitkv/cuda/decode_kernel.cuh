@@ -732,9 +732,11 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         __syncthreads();
       }
       if constexpr (S::kSharedLogits) {
-        // The next block's K, issued at least a block ago. After the split's last block the
-        // slice is computed from whatever the buffer holds (no copy is in flight into it) and
-        // never used: one straight sequence lets the compiler interleave the two chains.
+        // The next block's K: issued at the end of the previous block (three parts), or a
+        // block earlier (four, the grids of one CTA an SM: attention_launch.cuh). After the
+        // split's last block the slice is computed from whatever the buffer holds (no copy is
+        // in flight into it) and never used: one straight sequence lets the compiler
+        // interleave the two chains.
         const int next_k = part_k + 2;
         if (block + 1 < num_blocks) MbarrierWait(&stage_full[next_k % S::kStages], (next_k / S::kStages) & 1);
         s_pairs(std::integral_constant<int, kWarpNPairs>{}, s_kv + (next_k % S::kStages) * S::kKvElems,
