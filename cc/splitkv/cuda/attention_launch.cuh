@@ -78,7 +78,7 @@ static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == kBulkDecodeRingCtasPe
 template <int kHeadDim, bool kPageTma, int kStages = 3>
 using WgmmaOrderDecodeShape = BulkDecodeShape<kHeadDim, 128, kStages, kPageTma, true, false, false, true>;
 static_assert(WgmmaOrderDecodeShape<128, true>::kMinBlocks == 2 && WgmmaOrderDecodeShape<128, false>::kMinBlocks == 2);
-static_assert(WgmmaOrderDecodeShape<64, true>::kMinBlocks == 3 && WgmmaOrderDecodeShape<128, true, 4>::kMinBlocks == 1);
+static_assert(WgmmaOrderDecodeShape<64, true>::kMinBlocks == 3);
 
 // The bulk-copy decode kernel (decode_kernel.cuh), sm_90a only (DeviceRunsSm90a).
 template <typename T, class Shape, template <typename> class KvSourceT = PagedKvSource>
@@ -103,24 +103,23 @@ using WgmmaOrderTwoPerSmD64Shape = WgmmaOrderDecodeShape<64, true, 4>;
 static_assert(WgmmaOrderTwoPerSmD64Shape::kMinBlocks == 2 &&
               kD64TwoPerSmGridMaxCtasPerSm == 2 * WgmmaOrderTwoPerSmD64Shape::kMinBlocks);
 
-// The wgmma-order tiles by tensor copies: at head_dim 64 two an SM on D64TwoPerSmGrid's
-// grids, else the three-part ring (three an SM at 64, two at 128). Batch-invariant calls and
+// The wgmma-order tiles by tensor copies: at head_dim 64 the 4-part ring on D64TwoPerSmGrid's
+// grids (two an SM) and on grids of one CTA an SM, else the three-part ring (three an SM at
+// 64, two at 128). Batch-invariant calls and
 // head_dim 64's default route both launch through here.
 template <typename T, int kHeadDim>
 void LaunchWgmmaOrderTma(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
                          int64_t num_tiles, int64_t sm_count, cudaStream_t stream, const char* op) {
-  // At most one CTA an SM: a ring of 4 parts. A block's S runs beside the previous block's P V
-  // (decode_kernel.cuh), so its K must land about half a block after the three-part ring
-  // issues it; four parts issue it a block earlier. Same values either way. H200, batch-
-  // invariant, 32 / 8 heads, page 16, us, three parts / four: d64 1 x 32768 29.1 / 28.6, 8 x
-  // 4096 27.6 / 27.1; at d128 three parts lost to the old loop on these grids (1 x 32768 39.5
-  // against 38.0; docs/perf_log.md session 43).
-  if (sm_count > 0 && num_tiles * params.num_splits <= sm_count) {
-    return BulkDecodeInstance<T, WgmmaOrderDecodeShape<kHeadDim, true, 4>>::Launch(params, kv, num_tiles, stream, op,
-                                                                                   maps);
-  }
   if constexpr (kHeadDim == 64) {
-    if (D64TwoPerSmGrid(params, num_tiles, sm_count)) {
+    // At most one CTA an SM: a ring of 4 parts. A block's S runs beside the previous block's
+    // P V (decode_kernel.cuh), so its K must land about half a block after the three-part ring
+    // issues it; four parts issue it a block earlier. Same values either way. H200, batch-
+    // invariant, 32 / 8 heads, page 16, us, three parts / four: 1 x 32768 29.1 / 28.6, 8 x
+    // 4096 27.6 / 27.1 (docs/perf_log.md session 43). Head_dim 128 stays on three parts: its
+    // calls pass no SM count (backend_cuda.cu), and four parts there have not run on a GPU
+    // (branch exp/decode-s-ahead-d128-ring4).
+    const bool one_cta_an_sm = sm_count > 0 && num_tiles * params.num_splits <= sm_count;
+    if (one_cta_an_sm || D64TwoPerSmGrid(params, num_tiles, sm_count)) {
       return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
     }
   }
