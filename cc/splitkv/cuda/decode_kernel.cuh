@@ -418,6 +418,12 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // the caller no longer holds, e.g. below a sliding window: they are never dereferenced).
   // The wgmma-order path zeroes V rows below it after tensor copies too.
   [[maybe_unused]] const int copy_lo = max(key_begin, split_keys.tile_lo);
+  // The ring's reading side: part p's buffer, and the wait for its copy (the p / kStages-th
+  // fill of buffer p % kStages) to land.
+  [[maybe_unused]] auto ring_buffer = [&](int part) { return s_kv + (part % S::kStages) * S::kKvElems; };
+  [[maybe_unused]] auto wait_ring_part = [&](int part) {
+    MbarrierWait(&stage_full[part % S::kStages], (part / S::kStages) & 1);
+  };
   auto load_part = [&](int part) {
     if (part / 2 >= num_blocks) return;
     const int buf = part % S::kStages;
@@ -638,8 +644,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     float s_ahead[S::kSharedLogits ? kWarpRegs : 1];
     if constexpr (S::kSharedLogits) {
       if (num_blocks > 0) {
-        MbarrierWait(&stage_full[0], 0);
-        s_pairs(std::integral_constant<int, kWarpNPairs>{}, s_kv, warp * kWarpNPairs, s_ahead);
+        wait_ring_part(0);
+        s_pairs(std::integral_constant<int, kWarpNPairs>{}, ring_buffer(0), warp * kWarpNPairs, s_ahead);
       }
       __syncthreads();  // every warp has read block 0's K: its buffer takes the stream's next part
       load_part(S::kStages);
@@ -647,9 +653,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     for (int block = 0; block < num_blocks; ++block) {
       const int j0 = loop_begin + block * S::kBlockN;
       const int part_k = 2 * block, part_v = 2 * block + 1;
-      [[maybe_unused]] const T* const s_k = s_kv + (part_k % S::kStages) * S::kKvElems;  // !kSharedLogits
-      T* const s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
-      if constexpr (!S::kSharedLogits) MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
+      T* const s_v = ring_buffer(part_v);
       // kSharedLogits: warp w computes column tiles 4w .. 4w + 3 (keys 32w .. 32w + 31), the
       // same chains on the same operands as a thread computing the whole block, and takes
       // BlockSoftmax's steps that need no other keys on them: the scale and mask, its max (the
@@ -700,7 +704,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 #pragma unroll
         for (int i = 0; i < 2; ++i) row_sum[i] = AddBlockSum(s, i, alpha[i], row_sum[i]);
       } else {
-        s_pairs(std::integral_constant<int, S::kBlockN / 16>{}, s_k, 0, s);
+        wait_ring_part(part_k);
+        s_pairs(std::integral_constant<int, S::kBlockN / 16>{}, ring_buffer(part_k), 0, s);
         __syncthreads();  // every warp has read K: its buffer takes the stream's next part
         load_part(part_k + S::kStages);
         // The prefill's softmax (block_softmax.cuh), the same function.
@@ -716,7 +721,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         acc[d][0] = fmaf(acc[d][0], alpha[0], 0.0f), acc[d][1] = fmaf(acc[d][1], alpha[0], 0.0f);
         acc[d][2] = fmaf(acc[d][2], alpha[1], 0.0f), acc[d][3] = fmaf(acc[d][3], alpha[1], 0.0f);
       }
-      MbarrierWait(&stage_full[part_v % S::kStages], (part_v / S::kStages) & 1);
+      wait_ring_part(part_v);
       // V rows that no row of the tile sees become zeros: tensor copies fetch whole boxes (a
       // page's tail, anything), and the split starts on a block boundary below the tile's
       // first key (pages there may hold anything, as in the wgmma kernel's contract). Each
@@ -738,9 +743,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         // in flight into it) and never used: one straight sequence lets the compiler
         // interleave the two chains.
         const int next_k = part_k + 2;
-        if (block + 1 < num_blocks) MbarrierWait(&stage_full[next_k % S::kStages], (next_k / S::kStages) & 1);
-        s_pairs(std::integral_constant<int, kWarpNPairs>{}, s_kv + (next_k % S::kStages) * S::kKvElems,
-                warp * kWarpNPairs, s_ahead);
+        if (block + 1 < num_blocks) wait_ring_part(next_k);
+        s_pairs(std::integral_constant<int, kWarpNPairs>{}, ring_buffer(next_k), warp * kWarpNPairs, s_ahead);
       }
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
@@ -839,9 +843,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     const M* s_k;
     M* s_v;
     if constexpr (S::kKvRing) {
-      s_k = s_kv + (part_k % S::kStages) * S::kKvElems;
-      s_v = s_kv + (part_v % S::kStages) * S::kKvElems;
-      MbarrierWait(&stage_full[part_k % S::kStages], (part_k / S::kStages) & 1);
+      s_k = ring_buffer(part_k);
+      s_v = ring_buffer(part_v);
+      wait_ring_part(part_k);
     } else {
       // The stage refilled here was last read in iteration block - 1, which ended in a barrier.
       const int ahead = block + S::kStages - 1;
@@ -991,7 +995,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
 
     if constexpr (S::kKvRing) {
-      MbarrierWait(&stage_full[part_v % S::kStages], (part_v / S::kStages) & 1);
+      wait_ring_part(part_v);
       zero_v_outside(s_v, j_warp);
     }
 #pragma unroll
