@@ -115,9 +115,9 @@ void LaunchWgmmaOrderTma(const AttentionKernelParams& params, const PagedKvParam
     // P V (decode_kernel.cuh), so its K must land about half a block after the three-part ring
     // issues it; four parts issue it a block earlier. Same values either way. H200, batch-
     // invariant, 32 / 8 heads, page 16, us, three parts / four: 1 x 32768 29.1 / 28.6, 8 x
-    // 4096 27.6 / 27.1 (docs/perf_log.md session 43). Head_dim 128 stays on three parts: its
-    // calls pass no SM count (backend_cuda.cu), and four parts there have not run on a GPU
-    // (branch exp/decode-s-ahead-d128-ring4).
+    // 4096 27.6 / 27.1 (docs/perf_log.md session 43). Head_dim 128 stays on three parts (its
+    // calls pass no SM count, backend_cuda.cu): four parts there (branch
+    // exp/decode-s-ahead-d128-ring4) ran only on an H100, level to 1.5 % slower (session 44).
     const bool one_cta_an_sm = sm_count > 0 && num_tiles * params.num_splits <= sm_count;
     if (one_cta_an_sm || D64TwoPerSmGrid(params, num_tiles, sm_count)) {
       return BulkDecodeInstance<T, WgmmaOrderTwoPerSmD64Shape>::Launch(params, kv, num_tiles, stream, op, maps);
