@@ -4,6 +4,8 @@ batch_invariant variant's cost over the default where both runs have it.
 
     python3 tools/bench/compare_grids.py BEFORE/bench.json AFTER/bench.json [--match=REGEX]
 
+Either file may be xz-compressed (a name ending in .xz), as docs/bench/ stores them.
+
 One line a (shape, page_size) present in both. Percent against FlashInfer: positive means
 splitkv is faster (FlashInfer's time / splitkv's - 1). Only rows whose status is ok count.
 """
@@ -11,6 +13,7 @@ splitkv is faster (FlashInfer's time / splitkv's - 1). Only rows whose status is
 import argparse
 import collections
 import json
+import lzma
 import re
 
 _OWN = "splitkv/planned"
@@ -18,9 +21,9 @@ _INVARIANT = "splitkv invariant/planned"
 
 
 def load(path):
-    """{(shape, page_size): {"impl/variant": graph seconds}} of a bench.json."""
+    """{(shape, page_size): {"impl/variant": graph seconds}} of a bench.json (or .json.xz)."""
     table = collections.defaultdict(dict)
-    with open(path) as f:
+    with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
         for row in json.load(f)["results"]:
             if row["status"] == "ok" and row.get("graph_seconds"):
                 key = (row["shape"], row["case"].get("page_size"))

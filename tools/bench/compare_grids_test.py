@@ -2,6 +2,7 @@
 hold, the fastest FlashInfer row of each run, the invariant cost, --match."""
 
 import json
+import lzma
 
 from tools.bench import compare_grids
 
@@ -43,3 +44,15 @@ def test_lines(tmp_path):
     assert "vs FlashInfer -10.0 -> +10.0 % (flashinfer xqa)" in line
     assert "invariant cost -20.0 ->  +0.0 %" in line
     assert compare_grids.lines(before, after, match="^8 x") == []
+
+
+def test_reads_xz(tmp_path):
+    rows = [_row("64 x 1024 d64", "splitkv", "planned", 50e-6),
+            _row("64 x 1024 d64", "flashinfer xqa", "xqa", 60e-6, page_size=64)]
+    plain = _write(tmp_path / "a.json", rows)
+    with lzma.open(tmp_path / "a.json.xz", "wt") as f:
+        json.dump({"meta": {}, "results": rows}, f)
+    packed = compare_grids.load(str(tmp_path / "a.json.xz"))
+    assert packed == plain
+    assert packed[("64 x 1024 d64", 64)] == {"flashinfer xqa/xqa": 60e-6}
+
