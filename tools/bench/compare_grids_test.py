@@ -55,4 +55,3 @@ def test_reads_xz(tmp_path):
     packed = compare_grids.load(str(tmp_path / "a.json.xz"))
     assert packed == plain
     assert packed[("64 x 1024 d64", 64)] == {"flashinfer xqa/xqa": 60e-6}
-

@@ -105,8 +105,8 @@ static_assert(WgmmaOrderTwoPerSmD64Shape::kMinBlocks == 2 &&
 
 // The wgmma-order tiles by tensor copies: at head_dim 64 the 4-part ring on D64TwoPerSmGrid's
 // grids (two an SM) and on grids of one CTA an SM, else the three-part ring (three an SM at
-// 64, two at 128). Batch-invariant calls and
-// head_dim 64's default route both launch through here.
+// 64, two at 128). Batch-invariant calls and head_dim 64's default route both launch through
+// here.
 template <typename T, int kHeadDim>
 void LaunchWgmmaOrderTma(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
                          int64_t num_tiles, int64_t sm_count, cudaStream_t stream, const char* op) {
