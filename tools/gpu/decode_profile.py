@@ -4,9 +4,10 @@
     python3 tools/gpu/decode_profile.py --time 64x4096:HND:1 ...  # tools/bench/timing.py, TB/s
     python3 tools/gpu/decode_profile.py --invariant 1x32768        # batch_invariant=True calls
     python3 tools/gpu/decode_profile.py --time --fp8 1x32768:HND:16 # an fp8 e4m3 cache (scale FP8_SCALE)
+    python3 tools/gpu/decode_profile.py --time --page_size=64 64x4096 # pages of 64 slots
 
 A shape is BATCHxKV_LEN[:LAYOUT[:NUM_SPLITS]] (bf16, 32 qo / 8 kv heads, head_dim 128, page
-16). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
+16 unless --page_size says). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
 checked against float32 SDPA on the gathered KV.
 """
 
@@ -45,6 +46,10 @@ def main(argv):
     timed = "--time" in argv
     invariant = "--invariant" in argv
     fp8 = "--fp8" in argv
+    page_size = 16
+    for a in argv:
+        if a.startswith("--page_size="):
+            page_size = int(a.split("=", 1)[1])
     scales = dict(k_scale=inputs.FP8_SCALE, v_scale=inputs.FP8_SCALE) if fp8 else {}
     specs = [a for a in argv if not a.startswith("--")]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -54,7 +59,7 @@ def main(argv):
         batch, kv_len, layout, splits = parse(spec)
         kv_bytes = batch * 8 * kv_len * 128 * 2 * (1 if fp8 else 2)
         copies = max(1, min(16, -(-(240 << 20) // kv_bytes))) if timed else 1
-        paged = make(batch, kv_len, layout, copies, gen, fp8)
+        paged = make(batch, kv_len, layout, copies, gen, fp8, page_size)
         outs = [torch.empty_like(p.q) for p in paged]
 
         def call(i):
@@ -84,7 +89,7 @@ def main(argv):
         err = float((got - ref).abs().max())
         del k, v, ref
         t, _ = timing.time_calls([lambda i=i: call(i) for i in range(len(paged))], torch.device("cuda", 0), 5, 30)
-        rows.append(f"{spec:<22} splits {plan.num_splits:>3}  {t * 1e3:8.4f} ms  {kv_bytes / t / 1e12:5.2f} TB/s"
+        rows.append(f"{spec:<22} p{page_size:<3} splits {plan.num_splits:>3}  {t * 1e3:8.4f} ms  {kv_bytes / t / 1e12:5.2f} TB/s"
                     f"  err {err:.1e}{'  BAD' if not err < 2e-2 else ''}")
         print(rows[-1], flush=True)
         del paged, outs

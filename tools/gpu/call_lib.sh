@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# What every A/B device call script repeated, in one place. Source it on the GPU machine, from
+# the checkout's root, at the top of a call script (tools/gpu/README.md, "A call script"):
+#
+#   source tools/gpu/call_lib.sh .device_run/ab.tar.xz   # unpacks the packages into /tmp/ab
+#   log "d128 A/B"; inv main 128 1; inv branch 128 1; inv branch 128 2; inv main 128 2
+#   if on_h200; then ...; fi
+#   timeout "$(left 560)" python3 ...                     # what is left of a 560 s call
+#
+# The archive holds one folder a package (tools/gpu/build_package.sh's layout: splitkv/ and,
+# in at least one of them, splitkv_reference/); packages without splitkv_reference get a copy
+# of the first one found, since an archive keeps only one (it is the same in every build).
+# Writes $OUT/gpu.txt (name, clocks) and $OUT/log.txt (each log line with seconds since the
+# script began).
+set -u
+CALL_T0=$(date +%s)
+CALL_PKGS=/tmp/ab
+
+# Seconds since the call script sourced this file.
+elapsed() { echo $(( $(date +%s) - CALL_T0 )); }
+
+# Seconds left of a budget of $1 seconds counted from the script's start (at least 1).
+left() { local s=$(( $1 - $(elapsed) )); (( s > 0 )) && echo "$s" || echo 1; }
+
+log() { echo "== t=$(elapsed) $*" | tee -a "$OUT/log.txt"; }
+
+# True when the card is an H200 (the device may lend an H100 for a call that asked for one).
+on_h200() { grep -q H200 "$OUT/gpu.txt"; }
+
+# inv PACKAGE HEAD_DIM TAG: tools/bench/invariant_cost.py's decode rows for one package,
+# appended to $OUT/inv<HEAD_DIM>.txt under a "-- PACKAGE rTAG" line (70 s at most).
+inv() {
+  echo "-- $1 r$3" >> "$OUT/inv$2.txt"
+  PYTHONPATH="$CALL_PKGS/$1" timeout 70 python3 tools/bench/invariant_cost.py --device=cuda \
+    --kinds=decode --head_dim="$2" --rounds=2 >> "$OUT/inv$2.txt" 2>&1
+}
+
+if [[ $# -ge 1 ]]; then
+  rm -rf "$CALL_PKGS" && mkdir -p "$CALL_PKGS" && tar xJf "$1" -C "$CALL_PKGS"
+  ref="$(ls -d "$CALL_PKGS"/*/splitkv_reference 2>/dev/null | head -1)"
+  for pkg in "$CALL_PKGS"/*/; do
+    [[ -d "$pkg/splitkv_reference" || -z "$ref" ]] || cp -r "$ref" "$pkg"
+  done
+fi
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
