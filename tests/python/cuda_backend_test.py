@@ -149,6 +149,25 @@ def test_d64_decode_grid_shapes_match_reference(ctas_per_sm, page_size):
     harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=1)
 
 
+# Head_dim 128's default decode grids (cuda/attention_launch.cuh): the 128-key wgmma-order
+# tiles unsplit (1.5 and 2.5 CTAs an SM) and on split grids past one wave of the split shape's
+# CTAs (4 forced splits of 2 tiles an SM: 8 CTAs an SM, short requests leaving splits empty);
+# a one-wave split grid (2 splits of 1 tile an SM) stays on the 2-stage split shape. Sized from
+# this GPU's SM count (2 kv heads: two tiles a request), request lengths from 1 key to several
+# blocks.
+@pytest.mark.parametrize("tiles_per_sm,num_splits", [(1.5, 1), (2.5, 1), (2, 4), (1, 2)])
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_d128_decode_grid_shapes_match_reference(tiles_per_sm, num_splits, page_size):
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    batch = int(tiles_per_sm * sms) // 2
+    problem = harness.make_paged([1 + (97 * i) % 1500 for i in range(batch)], page_size=page_size, num_kv_heads=2,
+                                 group=4, head_dim=128, dtype=torch.bfloat16, device="cuda",
+                                 seed=batch * 10 + num_splits + page_size)
+    workspace = harness.shared_workspace("cuda")
+    harness.fill_garbage(workspace)
+    harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=num_splits)
+
+
 # A split tile's merge from shared memory in chunks of rows (split_merge.cuh MergeFromShared):
 # 32 splits of 8, 16 or 4 rows whose partials outgrow the decode kernel's shared memory (head_dim
 # 128 at group 8 and 2 tokens x 8, 256 at group 4, 64 at group 16), 13 splits (one piece),

@@ -5,7 +5,7 @@ with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ 
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
 V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma),
-head_dim 64's default decode on the 128-key wgmma-order tiles (unsplit, a grid of 3-4 CTAs an
+head_dim 64's default decode on the 128-key wgmma-order tiles (as head_dim 128's unsplit ones; unsplit, a grid of 3-4 CTAs an
 SM at two an SM, and a split grid past 4 CTAs an SM), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill
 tiles, ragged), split merges (num_splits > 1; in row chunks where a tile's partials outgrow the
 decode kernel's shared memory) and direct

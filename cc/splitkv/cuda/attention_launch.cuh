@@ -105,8 +105,8 @@ static_assert(WgmmaOrderTwoPerSmD64Shape::kMinBlocks == 2 &&
 
 // The wgmma-order tiles by tensor copies: at head_dim 64 the 4-part ring on D64TwoPerSmGrid's
 // grids (two an SM) and on grids of one CTA an SM, else the three-part ring (three an SM at
-// 64, two at 128). Batch-invariant calls and head_dim 64's default route both launch through
-// here.
+// 64, two at 128). Batch-invariant calls and the default routes of head_dim 64 (D64WideBlocks)
+// and 128 (LaunchPagedTyped) launch through here.
 template <typename T, int kHeadDim>
 void LaunchWgmmaOrderTma(const AttentionKernelParams& params, const PagedKvParams& kv, const PagedKvMaps& maps,
                          int64_t num_tiles, int64_t sm_count, cudaStream_t stream, const char* op) {
@@ -132,6 +132,16 @@ inline bool OneWaveSplitGrid(const AttentionKernelParams& params, int64_t num_ti
   return params.num_splits > 1 && num_tiles * params.num_splits <= split_workers;
 }
 
+// Head_dim 128's paged decode by tensor copies (16-bit K/V, not batch-invariant) runs the
+// wgmma-order tiles too, except on one-wave split grids (the 2-stage split shape's short CTAs,
+// three an SM): 128-key blocks through the three-part ring, two CTAs an SM like the bulk
+// shape's three stages of 64-key blocks, with half its blocks, barriers and softmax
+// reductions. H100, 32 / 8 heads, us, bulk / wgmma-order, two processes each, alternated:
+// page 16, 64 x 1024 91.8 / 90.3, 64 x 2048 177.2 / 174.5, 64 x 4096 348.2 / 342.9, 32 x 8192
+// 347.8 / 342.2, 256 x 1024 344.0 / 340.8, 256 x 2048 812.4 / 804.8; page 64 (where the bulk
+// shape's 64-slot boxes ran 1-3 % slower than at 16) 92.2 / 90.6, 177.9 / 174.8, 347.0 /
+// 343.0, 344.5 / 341.0, 344.1 / 340.2, 816.2 / 802.0 (docs/perf_log.md 2026-12-06, session 45).
+//
 // Head_dim 64's paged decode by tensor copies (16-bit K/V, not batch-invariant) runs the
 // wgmma-order tiles (128-key blocks through a K/V ring: half the blocks, barriers and softmax
 // reductions of the 64-key shape; both fit 3 CTAs an SM, at 168 registers) except on one-wave
@@ -254,6 +264,11 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
       if constexpr (kHeadDim == 64) {
         if (maps.box_rows > 0 && D64WideBlocks(params, num_tiles, split_workers, sm_count)) {
           return LaunchWgmmaOrderTma<T, 64>(params, kv, maps, num_tiles, sm_count, stream, op);
+        }
+      }
+      if constexpr (kHeadDim == 128) {
+        if (maps.box_rows > 0 && !OneWaveSplitGrid(params, num_tiles, split_workers)) {
+          return LaunchWgmmaOrderTma<T, 128>(params, kv, maps, num_tiles, sm_count, stream, op);
         }
       }
       if constexpr (kHeadDim % 64 == 0) {

@@ -83,7 +83,9 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // for unsplit grids; split grids of at most one wave of 2-stage CTAs (3 an SM) run 2 stages,
 // also at the 2 an SM the planner fills (DecodeFillCtasPerSm): 16 x 4096 at 2 splits
 // 72.6-73.4 us with 2 stages, 74.2-74.6 with 3. 2 stages everywhere lost 10 % at 64 x 4096
-// (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30).
+// (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30). Head_dim 128's grids
+// by tensor copies run the wgmma-order tiles instead, but for one-wave split grids, as most of
+// head_dim 64's do (attention_launch.cuh); its 3 stages serve row copies (pages under 8 slots, unaligned caches).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // The bulk decode kernel over an fp8 cache takes 128-key blocks at head_dim 64 (256 on small
