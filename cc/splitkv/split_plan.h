@@ -89,21 +89,22 @@ struct SplitPlanRequest {
   // 134.5, 60 x 4096 (480) 121.0 / 132.9, 64 x 8192 249.2 / 256.6 (docs/perf_log.md 2026-12-04,
   // session 33; from 16384 keys not measured: the 4 splits stay).
   int64_t tail_keep_tiles = 0;
-  // Workers (the CTAs an SM the planner fills, times the SMs) of a kernel whose one-split
-  // grids of several waves of long tiles lose to split grids of about 11 waves (0: no such
-  // rule): tiles in [3.5, 11) x wave_split_workers with max_kv_len >= 8192 plan the fewest
-  // splits that make 11 waves, where the heuristic plans 1. The likely cause: CTAs of many
-  // thousand keys each leave the grid's end to the slowest of a few long waves, where more,
-  // shorter CTAs let every slot finish within one short CTA of the others. The CUDA decode
-  // kernel at head_dim 128 (16-bit K/V) sets it. H200, 32 / 8 heads, page 16, us, 1 split
-  // against the rule's: 256 x 32768 7908 / 7598 (2 splits), 256 x 16384 3945 / 3797 (2),
-  // 256 x 8192 1961 / 1914 (2), 224 x 16384 3431 / 3330 (2), 192 x 16384 2921 / 2858 (2),
-  // 160 x 16384 2427 / 2388 (3), 128 x 32768 3904 / 3802 (3), 128 x 8192 977 / 976 (3);
-  // 320 x 8192 2445 / 2395 (2; page 64 2393 / 2412). Outside it: 384 x 8192 (11.6 waves)
-  // and 512 x 8192 keep 1 split fastest, 256 x 4096 and 256 x 2048 too. Not set at head_dim
-  // 256 (128 x 16384 and 256 x 4096 kept 1 split fastest) nor 64, where the same cell split
-  // faster in one process and slower in another (256 x 8192: 1012 / 978 and 969 / 998 us;
-  // docs/perf_log.md 2026-12-04, session 31).
+  // Workers (the CTAs an SM the planner fills, times the SMs) of a kernel whose one-split grids
+  // of several waves of long tiles lose to split grids of about 11 waves (0: no such rule):
+  // tiles in [3.5, 11) x wave_split_workers with max_kv_len >= 8192 plan the fewest splits that
+  // make 11 waves, where the heuristic plans 1. The likely cause: CTAs of many thousand keys
+  // each leave the grid's end to the slowest of a few long waves, where more, shorter CTAs let
+  // every slot finish within one short CTA of the others. The CUDA decode kernel at head_dim
+  // 128 (16-bit K/V) sets it. Measured on the 64-key bulk shape, before session 45 moved these
+  // grids to the wgmma-order tiles (not re-timed since). H200, 32 / 8 heads, page 16, us, 1
+  // split against the rule's: 256 x 32768 7908 / 7598 (2 splits), 256 x 16384 3945 / 3797 (2),
+  // 256 x 8192 1961 / 1914 (2), 224 x 16384 3431 / 3330 (2), 192 x 16384 2921 / 2858 (2), 160 x
+  // 16384 2427 / 2388 (3), 128 x 32768 3904 / 3802 (3), 128 x 8192 977 / 976 (3); 320 x 8192
+  // 2445 / 2395 (2; page 64 2393 / 2412). Outside it: 384 x 8192 (11.6 waves) and 512 x 8192
+  // keep 1 split fastest, 256 x 4096 and 256 x 2048 too. Not set at head_dim 256 (128 x 16384
+  // and 256 x 4096 kept 1 split fastest) nor 64, where the same cell split faster in one
+  // process and slower in another (256 x 8192: 1012 / 978 and 969 / 998 us; docs/perf_log.md
+  // 2026-12-04, session 31).
   int64_t wave_split_workers = 0;
   // Resident CTAs (one wave) of a kernel the heuristic fills at fewer CTAs an SM, whose grids
   // of up to one wave of tiles run fastest at the split count that fills their last wave of

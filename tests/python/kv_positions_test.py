@@ -9,8 +9,9 @@ and without sliding windows, shards wholly before a query's window, cut by it, a
 past the queries (rows before the shard's first key see none of it), rows past the shard's
 last key, an empty shard, forced splits, sinks, batch_invariant, GQA, the custom op and the
 per-call path (a cached layout must read each call's own offsets). On CUDA (gpu mark) the
-same cases run on every kernel the paged path reaches: the sm_90 bulk decode kernel (decode
-tiles at head_dim 128, bf16), the mma.sync kernel's decode and chunked-prefill tiles
+same cases run on every kernel the paged path reaches: the sm_90 decode kernel (decode tiles
+at head_dim 128, bf16: the wgmma-order tiles unsplit, the 2-stage split shape at forced
+splits), the mma.sync kernel's decode and chunked-prefill tiles
 (head_dim 64), fp8 K/V, and batch_invariant (on sm_90 the decode kernel's wgmma-order path
 and the wgmma prefill).
 """

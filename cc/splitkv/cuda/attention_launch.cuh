@@ -72,9 +72,11 @@ using BulkDecodeSplitShapeFor = BulkDecodeShapeOf<kHeadDim, kPageTma, BulkDecode
 static_assert(BulkDecodeShapeFor<256, true>::kMinBlocks == kBulkDecodeRingCtasPerSm &&
               BulkDecodeShapeFor<256, true>::kSmemBytes <= 110 * 1024);
 
-// Batch-invariant decode tiles whose rows reduce in the wgmma prefill's order
-// (decode_kernel.cuh kWgmmaOrder): 128-key blocks through a ring of three K-or-V parts, by
-// tensor copies (kPageTma) or one row copy a thread (pages under 8 slots, ragged K/V).
+// Decode tiles whose rows reduce in the wgmma prefill's order (decode_kernel.cuh
+// kWgmmaOrder): 128-key blocks through a ring of three K-or-V parts, by tensor copies
+// (kPageTma) or one row copy a thread (pages under 8 slots, ragged K/V). Batch-invariant
+// calls run them, and so do the default calls' tensor-copy grids at head_dim 64 and 128 but
+// for some (LaunchPagedTyped).
 template <int kHeadDim, bool kPageTma, int kStages = 3>
 using WgmmaOrderDecodeShape = BulkDecodeShape<kHeadDim, 128, kStages, kPageTma, true, false, false, true>;
 static_assert(WgmmaOrderDecodeShape<128, true>::kMinBlocks == 2 && WgmmaOrderDecodeShape<128, false>::kMinBlocks == 2);
@@ -138,9 +140,10 @@ inline bool OneWaveSplitGrid(const AttentionKernelParams& params, int64_t num_ti
 // shape's three stages of 64-key blocks, with half its blocks, barriers and softmax
 // reductions. H100, 32 / 8 heads, us, bulk / wgmma-order, two processes each, alternated:
 // page 16, 64 x 1024 91.8 / 90.3, 64 x 2048 177.2 / 174.5, 64 x 4096 348.2 / 342.9, 32 x 8192
-// 347.8 / 342.2, 256 x 1024 344.0 / 340.8, 256 x 2048 812.4 / 804.8; page 64 (where the bulk
-// shape's 64-slot boxes ran 1-3 % slower than at 16) 92.2 / 90.6, 177.9 / 174.8, 347.0 /
-// 343.0, 344.5 / 341.0, 344.1 / 340.2, 816.2 / 802.0 (docs/perf_log.md 2026-12-06, session 45).
+// 347.8 / 342.2, 256 x 1024 344.0 / 340.8, 256 x 2048 812.4 / 804.8; page 64 92.2 / 90.6,
+// 177.9 / 174.8, 347.0 / 343.0, 344.5 / 341.0, 344.1 / 340.2, 816.2 / 802.0 (docs/perf_log.md
+// 2026-12-06, session 45). The split rules of the planner (split_plan.h wave_split_workers,
+// the 64-key split price) were measured on the bulk shape and not re-timed since.
 //
 // Head_dim 64's paged decode by tensor copies (16-bit K/V, not batch-invariant) runs the
 // wgmma-order tiles (128-key blocks through a K/V ring: half the blocks, barriers and softmax
@@ -267,11 +270,17 @@ void LaunchPagedTyped(TileKind kind, const AttentionKernelParams& params, const 
         }
       }
       if constexpr (kHeadDim == 128) {
-        if (maps.box_rows > 0 && !OneWaveSplitGrid(params, num_tiles, split_workers)) {
-          return LaunchWgmmaOrderTma<T, 128>(params, kv, maps, num_tiles, sm_count, stream, op);
+        if (maps.box_rows > 0) {
+          if (!OneWaveSplitGrid(params, num_tiles, split_workers)) {
+            return LaunchWgmmaOrderTma<T, 128>(params, kv, maps, num_tiles, sm_count, stream, op);
+          }
+          // One-wave split grids only: the 3-stage shape by tensor copies is never launched
+          // at 128, so it is not compiled either.
+          return BulkDecodeInstance<T, BulkDecodeSplitShapeFor<128, true>>::Launch(params, kv, num_tiles, stream, op,
+                                                                                    maps);
         }
       }
-      if constexpr (kHeadDim % 64 == 0) {
+      if constexpr (kHeadDim % 64 == 0 && kHeadDim != 128) {
         if (maps.box_rows > 0) {
           return LaunchBulkDecode<T, kHeadDim, true>(params, kv, maps, num_tiles, split_workers, stream, op);
         }

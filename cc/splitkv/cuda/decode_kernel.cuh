@@ -39,7 +39,8 @@
 //    fragment's bytes are adjacent (Fp8Frags below). An earlier version converted each
 //    warp's rows into a float16 buffer and read that with ldmatrix: the stores, reloads and
 //    the warp's waits on them kept fp8 decode at 0.90-1.09x the bf16 call's time.
-//  - batch-invariant calls at head_dim 64/128 over 16-bit K/V (kWgmmaOrder) reduce every row
+//  - batch-invariant calls at head_dim 64/128 over 16-bit K/V (kWgmmaOrder; the default
+//    calls' tensor-copy grids at both head_dims take it too, attention_launch.cuh) reduce every row
 //    in the wgmma prefill kernel's order instead: the whole 128-key block's S in every thread
 //    in the wgmma accumulator layout (one k-step chain a column tile, a quarter of the tiles a
 //    warp, their exponentials exchanged through shared memory), the prefill's softmax, a
@@ -591,7 +592,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   }
 
   if constexpr (S::kWgmmaOrder) {
-    // ---- every row in the wgmma prefill kernel's order (batch-invariant calls) ----
+    // ---- every row in the wgmma prefill kernel's order (batch-invariant calls, and default
+    // ones routed here: attention_launch.cuh) ----
     // tools/gpu/mma_bits_probe.cu showed an mma.sync k-step chain and a wgmma one giving the
     // same fp32 bits element by element on the H200. So this path repeats, per row, exactly
     // the float work of prefill_sm90.cuh's consumers: every thread holds S for the whole

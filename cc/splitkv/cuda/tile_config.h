@@ -4,10 +4,11 @@
 // A CTA is 4 warps. Its query rows pack (query tokens x qo heads of one kv head's group), so a
 // GQA decode step reads each KV block once for the whole group:
 //   decode tiles:  16 rows (1 warp of rows); the 4 warps split each 64-key block in 4 (the
-//                  wgmma-order path, batch-invariant calls and head_dim 64's default on
-//                  most grids: each warp a quarter of the 128-key block's logits and their
-//                  exponentials, the probabilities exchanged so every warp holds them all,
-//                  and a quarter of head_dim).
+//                  wgmma-order path: batch-invariant calls, and the default decode by
+//                  tensor copies on most grids at head_dim 64 and 128: each warp a
+//                  quarter of the 128-key block's logits and their exponentials, the
+//                  probabilities exchanged so every warp holds them all, and a quarter of
+//                  head_dim).
 //   prefill tiles: 64 rows (4 warps of 16 rows); every warp sees the whole key block.
 // Calls use decode tiles when a tile's rows (max_q_len x group) fit in 16, else prefill tiles
 // (calls the wgmma kernel serves run its own tiles: 128 rows, 192 at head_dim 64 where the
@@ -85,7 +86,8 @@ constexpr int DecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 // 72.6-73.4 us with 2 stages, 74.2-74.6 with 3. 2 stages everywhere lost 10 % at 64 x 4096
 // (512 tiles, 1.3 waves unsplit) (H200, docs/perf_log.md 2026-11-30). Head_dim 128's grids
 // by tensor copies run the wgmma-order tiles instead, but for one-wave split grids, as most of
-// head_dim 64's do (attention_launch.cuh); its 3 stages serve row copies (pages under 8 slots, unaligned caches).
+// head_dim 64's do (attention_launch.cuh); its 3 stages serve grids without tensor maps
+// (pages under 8 slots, a cache whose maps do not apply, SPLITKV_DISABLE_SM90).
 constexpr int BulkDecodeStages(int head_dim) { return head_dim >= 256 ? 2 : 3; }
 constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // The bulk decode kernel over an fp8 cache takes 128-key blocks at head_dim 64 (256 on small
