@@ -8,6 +8,7 @@ correctness case appends one JSON line with its errors (tools/gpu/run_checks.sh 
 import json
 import os
 import random
+import re
 import zlib
 
 import pytest
@@ -149,12 +150,29 @@ def test_d64_decode_grid_shapes_match_reference(ctas_per_sm, page_size):
     harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=1)
 
 
+def _bulk_decode_shapes(call):
+    """The BulkDecodeShape template arguments of every decode_kernel.cuh kernel `call` launches,
+    as tuples of ints (true 1, false 0), read from the CUDA kernels' names in a torch.profiler
+    trace (a cast such as (bool)1 in a demangled name is dropped)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    shapes = []
+    for event in prof.events():
+        match = re.search(r"BulkDecodeShape<([^<>]*)>", event.name)
+        if match:
+            args = [re.sub(r"\(\w+\)", "", a).strip() for a in match.group(1).split(",")]
+            shapes.append(tuple(int({"true": "1", "false": "0"}.get(a, a)) for a in args))
+    return shapes
+
+
 # Head_dim 128's default decode grids (cuda/attention_launch.cuh): the 128-key wgmma-order
 # tiles unsplit (1.5 and 2.5 CTAs an SM) and on split grids past one wave of the split shape's
 # CTAs (4 forced splits of 2 tiles an SM: 8 CTAs an SM, short requests leaving splits empty);
 # a one-wave split grid (2 splits of 1 tile an SM) stays on the 2-stage split shape. Sized from
 # this GPU's SM count (2 kv heads: two tiles a request), request lengths from 1 key to several
-# blocks.
+# blocks. On sm_90 the test also checks which kernel shape ran (BulkDecodeShape's arguments:
+# head_dim, block keys, stages, tensor copies, K/V ring, fp8, keys as rows, wgmma order).
 @pytest.mark.parametrize("tiles_per_sm,num_splits", [(1.5, 1), (2.5, 1), (2, 4), (1, 2)])
 @pytest.mark.parametrize("page_size", [16, 64])
 def test_d128_decode_grid_shapes_match_reference(tiles_per_sm, num_splits, page_size):
@@ -166,28 +184,36 @@ def test_d128_decode_grid_shapes_match_reference(tiles_per_sm, num_splits, page_
     workspace = harness.shared_workspace("cuda")
     harness.fill_garbage(workspace)
     harness.run_and_check(problem, workspace, {}, poison_out=True, num_splits=num_splits)
+    if torch.cuda.get_device_capability() == (9, 0):
+        shapes = _bulk_decode_shapes(lambda: problem.run(workspace, num_splits=num_splits))
+        one_wave_split = num_splits > 1 and tiles_per_sm * num_splits <= 3
+        expected = (128, 64, 2, 1, 0, 0, 0, 0) if one_wave_split else (128, 128, 3, 1, 1, 0, 0, 1)
+        assert [s[:8] for s in shapes] == [expected], shapes
 
 
 # A split tile's merge from shared memory in chunks of rows (split_merge.cuh MergeFromShared):
 # 32 splits of 8, 16 or 4 rows whose partials outgrow the decode kernel's shared memory (head_dim
 # 128 at group 8 and 2 tokens x 8, 256 at group 4, 64 at group 16), 13 splits (one piece),
 # sinks, and an invariant call (30 splits: its fold takes the register path where the tile does
-# not fit in one piece); NaN-poisoned output and workspace scratch, against the float64 reference.
+# not fit in one piece). The default head_dim 128 rows are one-wave split grids (the 2-stage
+# split shape) but the one that repeats its requests 7 times (1344 CTAs: the wgmma-order tiles,
+# attention_launch.cuh). NaN-poisoned output and workspace scratch, against the float64 reference.
 @pytest.mark.parametrize("head_dim,group,q_len,options", [
     (128, 8, 1, dict(num_splits=32)),
     (128, 8, 1, dict(num_splits=13, sinks=True)),
     (128, 8, 2, dict(num_splits=32)),
+    (128, 8, 1, dict(num_splits=32, repeat=7)),
     (256, 4, 1, dict(num_splits=32)),
     (64, 16, 1, dict(num_splits=32, sinks=True)),
     (128, 8, 1, dict(batch_invariant=True)),
 ])
 def test_decode_merge_in_row_chunks_matches_reference(head_dim, group, q_len, options):
-    lengths = [60000, 9000, 1] if options.get("batch_invariant") else [4000, 2100, 1]
+    lengths = ([60000, 9000, 1] if options.get("batch_invariant") else [4000, 2100, 1]) * options.get("repeat", 1)
     problem = harness.make_paged(lengths, page_size=16, group=group, head_dim=head_dim, dtype=torch.bfloat16,
                                  device="cuda", q_lens=[q_len] * len(lengths) if q_len > 1 else None,
                                  seed=head_dim + group + q_len)
     run = dict(num_splits=options["num_splits"]) if "num_splits" in options else {}
-    attention = {k: v for k, v in options.items() if k not in ("num_splits", "sinks")}
+    attention = {k: v for k, v in options.items() if k not in ("num_splits", "sinks", "repeat")}
     if options.get("sinks"):
         attention["sinks"] = torch.linspace(-3, 3, 2 * group, device="cuda")
     if q_len > 1:

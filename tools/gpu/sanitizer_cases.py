@@ -5,8 +5,9 @@ with 16-byte aligned KV run the bulk-copy kernel, head_dim 256 with pages of 8+ 
 its K/V ring), the ragged kernel, the sm_90 wgmma + TMA
 ragged prefill (1 split, float16/bfloat16, head_dim 128, 256 and 64: partial last key blocks whose tail
 V rows it zeroes, partial query tiles, a window), attention sinks (decode split, wgmma),
-head_dim 64's default decode on the 128-key wgmma-order tiles (as head_dim 128's unsplit ones; unsplit, a grid of 3-4 CTAs an
-SM at two an SM, and a split grid past 4 CTAs an SM), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill
+head_dim 64's default decode on the 128-key wgmma-order tiles (unsplit, a grid of 3-4 CTAs an
+SM at two an SM, and a split grid past 4 CTAs an SM) and head_dim 128's (unsplit, pages of 8,
+a window; a split grid past one wave, merging in row chunks), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill
 tiles, ragged), split merges (num_splits > 1; in row chunks where a tile's partials outgrow the
 decode kernel's shared memory) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
@@ -106,6 +107,13 @@ def main():
         ("paged decode d128 group 8, 2 tokens (sm_90: the merge from shared memory in row chunks), 32 splits",
          harness.make_paged([2100, 700, 1], page_size=16, group=8, head_dim=128, dtype=torch.bfloat16,
                             device="cuda", q_lens=[2, 2, 1]), dict(num_splits=32, max_q_len=2)),
+        ("paged decode d128 unsplit (sm_90: the wgmma-order tiles of the default route), pages of 8, a window",
+         harness.make_paged([5, 333, 2049, 700], page_size=8, group=4, head_dim=128, dtype=torch.bfloat16,
+                            device="cuda"), dict(num_splits=1, window_left=37)),
+        ("paged decode d128 group 8, 2 tokens, 32 splits past one wave (sm_90: the wgmma-order tiles' merge "
+         "from shared memory in row chunks)",
+         harness.make_paged([2100, 700, 1] * 5, page_size=16, group=8, head_dim=128, dtype=torch.bfloat16,
+                            device="cuda", q_lens=[2, 2, 1] * 5), dict(num_splits=32, max_q_len=2)),
         ("paged decode, head_dim 256 (sm_90: the K/V ring), 3 splits, NHD",
          harness.make_paged([700, 45, 130], page_size=16, group=4, head_dim=256,
                             dtype=torch.bfloat16, device="cuda", kv_layout="NHD"), dict(num_splits=3)),
