@@ -11,8 +11,12 @@
 # in at least one of them, splitkv_reference/); packages without splitkv_reference get a copy
 # of the first one found, since an archive keeps only one (it is the same in every build).
 # Writes $OUT/gpu.txt (name, clocks) and $OUT/log.txt (each log line with seconds since the
-# script began).
-set -u
+# script began). Sourced without an archive (`source tools/gpu/call_lib.sh ""`) it unpacks
+# nothing. It leaves the caller's shell options alone; a failed unpack ends the call script.
+if [[ $# -ne 1 ]]; then
+  echo "call_lib.sh: source it with one argument, the packages' .tar.xz (or \"\")" >&2
+  exit 2
+fi
 CALL_T0=$(date +%s)
 CALL_PKGS=/tmp/ab
 
@@ -35,8 +39,9 @@ inv() {
     --kinds=decode --head_dim="$2" --rounds=2 >> "$OUT/inv$2.txt" 2>&1
 }
 
-if [[ $# -ge 1 ]]; then
-  rm -rf "$CALL_PKGS" && mkdir -p "$CALL_PKGS" && tar xJf "$1" -C "$CALL_PKGS"
+if [[ -n "$1" ]]; then
+  rm -rf "$CALL_PKGS" && mkdir -p "$CALL_PKGS" && tar xJf "$1" -C "$CALL_PKGS" ||
+    { echo "call_lib.sh: could not unpack $1 into $CALL_PKGS" >&2; exit 1; }
   ref="$(ls -d "$CALL_PKGS"/*/splitkv_reference 2>/dev/null | head -1)"
   for pkg in "$CALL_PKGS"/*/; do
     [[ -d "$pkg/splitkv_reference" || -z "$ref" ]] || cp -r "$ref" "$pkg"

@@ -4,7 +4,7 @@
     python3 tools/gpu/decode_profile.py --time 64x4096:HND:1 ...  # tools/bench/timing.py, TB/s
     python3 tools/gpu/decode_profile.py --invariant 1x32768        # batch_invariant=True calls
     python3 tools/gpu/decode_profile.py --time --fp8 1x32768:HND:16 # an fp8 e4m3 cache (scale FP8_SCALE)
-    python3 tools/gpu/decode_profile.py --time --page_size=64 64x4096 # pages of 64 slots
+    python3 tools/gpu/decode_profile.py --time --page_size=64 64x4096 # pages of 64 slots (only the = form)
 
 A shape is BATCHxKV_LEN[:LAYOUT[:NUM_SPLITS]] (bf16, 32 qo / 8 kv heads, head_dim 128, page
 16 unless --page_size says). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
@@ -50,6 +50,8 @@ def main(argv):
     for a in argv:
         if a.startswith("--page_size="):
             page_size = int(a.split("=", 1)[1])
+            if page_size < 1 or page_size & (page_size - 1):
+                sys.exit(f"--page_size={page_size}: expected a power of two")
     scales = dict(k_scale=inputs.FP8_SCALE, v_scale=inputs.FP8_SCALE) if fp8 else {}
     specs = [a for a in argv if not a.startswith("--")]
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -75,7 +77,7 @@ def main(argv):
             for _ in range(2):
                 call(0)
             torch.cuda.synchronize()
-            print(f"{spec}: launched, num_splits {plan.num_splits}")
+            print(f"{spec}: page_size {page_size}, launched, num_splits {plan.num_splits}")
             continue
         # Check against SDPA in float32 on the gathered KV.
         p = paged[0]
