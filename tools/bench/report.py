@@ -83,27 +83,28 @@ def _is_own(row):
     return row["impl"] == "splitkv" or (row["section"] == "prefill" and row["impl"] == "splitkv paged")
 
 
-def peer_summary(rows, device_type):
+def peer_comparisons(rows, device_type):
     """splitkv against the fastest other implementation of each case (and page size), and
     against the fastest serving peer (FlashInfer, FA3), from the CUDA graph and the eager
     figures: decode in bandwidth, prefill in FLOP/s. Decode: each page size's splitkv row
     against the peers on that page size and the contiguous-KV ones (SDPA, flex). Prefill:
-    the ragged splitkv row against the ragged peers (page "-"), `splitkv paged` against the
+    the ragged splitkv row against the ragged peers (page None), `splitkv paged` against the
     peers on the same paged cache (its page size). Only rows whose output passed the float64
-    check count. Empty off CUDA."""
+    check count. One dict a line: section, shape, dtype, page, unit, digits, and for "graph"
+    and "eager" a dict of own (splitkv's figure in unit, or None), other and serving ((impl,
+    figure) or None). Empty off CUDA."""
     if device_type != "cuda":
-        return ""
+        return []
     bw_scale, bw_unit, fl_scale, fl_unit = _units(device_type)
     groups = {}
     for r in rows:
         if r["section"] not in ("decode", "prefill") or r["status"] != "ok":
             continue
         groups.setdefault((r["section"], r["shape"], r["dtype"]), []).append(r)
-    lines = []
+    out = []
     for (section, shape, dtype), members in groups.items():
         amount, scale, unit = ("kv_bytes", bw_scale, bw_unit) if section == "decode" else \
             ("flops", fl_scale, fl_unit)
-        digits = 2 if section == "decode" else 0
         pages = sorted({r["case"].get("page_size") for r in members if _is_own(r)},
                        key=lambda p: p or 0)
         for page in pages or [None]:
@@ -115,15 +116,31 @@ def peer_summary(rows, device_type):
             others = [r for r in members if not r["impl"].startswith("splitkv")
                       and r["case"].get("page_size") in beside]
             serving = [r for r in others if r["impl"].startswith(SERVING_PEERS)]
-            cells = [section, shape, dtype, str(page or "-"), unit]
-            for timed in ("graph_seconds", "eager_seconds"):
-                own = _best(mine, (amount, timed))
-                cells.append(_num(own[0] / scale if own else None, digits))
-                for pool in (others, serving):
-                    best = _best(pool, (amount, timed))
-                    cells += [f"{best[1]['impl']} {best[0] / scale:.{digits}f}" if best else "-",
-                              f"{100.0 * (own[0] / best[0] - 1):+.1f}%" if own and best else "-"]
-            lines.append("| " + " | ".join(cells) + " |")
+            line = dict(section=section, shape=shape, dtype=dtype, page=page, unit=unit,
+                        digits=2 if section == "decode" else 0)
+            for timed in ("graph", "eager"):
+                key = (amount, f"{timed}_seconds")
+                own, other, peer = _best(mine, key), _best(others, key), _best(serving, key)
+                line[timed] = dict(own=own[0] / scale if own else None,
+                                   other=(other[1]["impl"], other[0] / scale) if other else None,
+                                   serving=(peer[1]["impl"], peer[0] / scale) if peer else None)
+            out.append(line)
+    return out
+
+
+def peer_summary(rows, device_type):
+    """peer_comparisons as a markdown table: each timing's splitkv figure, the best other
+    implementation and the best FlashInfer / FA3 row, and splitkv against each (+: ahead)."""
+    lines = []
+    for c in peer_comparisons(rows, device_type):
+        cells = [c["section"], c["shape"], c["dtype"], str(c["page"] or "-"), c["unit"]]
+        for timed in ("graph", "eager"):
+            own = c[timed]["own"]
+            cells.append(_num(own, c["digits"]))
+            for best in (c[timed]["other"], c[timed]["serving"]):
+                cells += [f"{best[0]} {best[1]:.{c['digits']}f}" if best else "-",
+                          f"{100.0 * (own / best[1] - 1):+.1f}%" if own and best else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
     if not lines:
         return ""
     header = ["section", "shape", "dtype", "page", "unit"]
