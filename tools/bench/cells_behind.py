@@ -12,8 +12,6 @@ that have a peer are behind.
 """
 
 import argparse
-import json
-import lzma
 import os
 import re
 import sys
@@ -54,9 +52,7 @@ def main():
     parser.add_argument("--timing", choices=("graph", "eager"), default="graph")
     parser.add_argument("--match", default="", help="Only '<section> <shape>' matching this regular expression.")
     args = parser.parse_args()
-    with (lzma.open if args.bench_json.endswith(".xz") else open)(args.bench_json, "rt") as f:
-        rows = json.load(f)["results"]
-    cells, compared = behind(rows, args.timing, args.match)
+    cells, compared = behind(report.read_json(args.bench_json)["results"], args.timing, args.match)
     print(table(cells, compared, args.timing))
 
 

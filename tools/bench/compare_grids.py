@@ -12,9 +12,13 @@ splitkv is faster (FlashInfer's time / splitkv's - 1). Only rows whose status is
 
 import argparse
 import collections
-import json
-import lzma
+import os
 import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from tools.bench import report  # noqa: E402
 
 _OWN = "splitkv/planned"
 _INVARIANT = "splitkv invariant/planned"
@@ -23,11 +27,10 @@ _INVARIANT = "splitkv invariant/planned"
 def load(path):
     """{(shape, page_size): {"impl/variant": graph seconds}} of a bench.json (or .json.xz)."""
     table = collections.defaultdict(dict)
-    with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
-        for row in json.load(f)["results"]:
-            if row["status"] == "ok" and row.get("graph_seconds"):
-                key = (row["shape"], row["case"].get("page_size"))
-                table[key][f"{row['impl']}/{row.get('variant') or ''}"] = row["graph_seconds"]
+    for row in report.read_json(path)["results"]:
+        if row["status"] == "ok" and row.get("graph_seconds"):
+            key = (row["shape"], row["case"].get("page_size"))
+            table[key][f"{row['impl']}/{row.get('variant') or ''}"] = row["graph_seconds"]
     return table
 
 

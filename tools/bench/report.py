@@ -1,6 +1,7 @@
 """The results as a markdown table (printed and saved) and as JSON."""
 
 import json
+import lzma
 import math
 import os
 
@@ -170,6 +171,13 @@ def header_lines(meta):
     ] if meta["device_type"] == "cuda" else []) + ([
         "serving peers: " + ", ".join(f"{k} {v}" for k, v in meta["serving_peers"].items())
     ] if meta.get("serving_peers") else [])
+
+
+def read_json(path):
+    """A bench.json's {"meta": ..., "results": [rows]}, or a .json.xz's (docs/bench/ keeps large
+    ones xz-compressed)."""
+    with (lzma.open if path.endswith(".xz") else open)(path, "rt") as f:
+        return json.load(f)
 
 
 def write_json(path, meta, rows):
