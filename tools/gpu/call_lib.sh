@@ -39,6 +39,19 @@ inv() {
     --kinds=decode --head_dim="$2" --rounds=2 >> "$OUT/inv$2.txt" 2>&1
 }
 
+# dprof PACKAGE PAGE_SIZE SHAPES...: tools/gpu/decode_profile.py --time rows (d128 bf16
+# decode) for one package at one page size, appended to $OUT/dprof.txt under a "-- PACKAGE
+# pPAGE_SIZE" line (50 s at most). The script prints its rows as it goes and again at the
+# end; only the end's are kept.
+dprof() {
+  local pkg=$1 page=$2
+  shift 2
+  echo "-- $pkg p$page" >> "$OUT/dprof.txt"
+  PYTHONPATH="$CALL_PKGS/$pkg" timeout 50 python3 tools/gpu/decode_profile.py --time --page_size="$page" "$@" \
+    > "$OUT/dprof_part.txt" 2>&1
+  tail -n "$#" "$OUT/dprof_part.txt" >> "$OUT/dprof.txt"
+}
+
 if [[ -n "$1" ]]; then
   rm -rf "$CALL_PKGS" && mkdir -p "$CALL_PKGS" && tar xJf "$1" -C "$CALL_PKGS" ||
     { echo "call_lib.sh: could not unpack $1 into $CALL_PKGS" >&2; exit 1; }

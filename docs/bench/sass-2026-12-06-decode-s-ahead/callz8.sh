@@ -11,11 +11,9 @@ on_h200 || { log "not an H200: nothing to run"; exit 0; }
 log "d128 invariant A/B"; inv main90 128 1; inv ring90 128 1; inv ring90 128 2; inv main90 128 2
 grep -E "^-- |1 x 32768|8 x 4096" "$OUT/inv128.txt" | tee -a "$OUT/log.txt"
 SHAPES="64x1024 256x1024 64x2048 256x2048 64x4096 32x8192 16x4096"
-ab() { echo "-- $1 p$2" >> "$OUT/ab.txt"
-  PYTHONPATH="$CALL_PKGS/$1" timeout 50 python3 tools/gpu/decode_profile.py --time --page_size="$2" $SHAPES \
-    > "$OUT/ab_part.txt" 2>&1
-  tail -n "$(echo $SHAPES | wc -w)" "$OUT/ab_part.txt" >> "$OUT/ab.txt"; }
 log "d128 default route A/B"
-ab old90 16; ab main90 16; ab main90 64; ab old90 64; ab old90 64; ab main90 64; ab main90 16; ab old90 16
-tee -a "$OUT/log.txt" < "$OUT/ab.txt"
+for run in "old90 16" "main90 16" "main90 64" "old90 64" "old90 64" "main90 64" "main90 16" "old90 16"; do
+  dprof $run $SHAPES
+done
+tee -a "$OUT/log.txt" < "$OUT/dprof.txt"
 log done
