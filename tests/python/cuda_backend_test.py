@@ -434,3 +434,78 @@ def test_cuda_graph_replays_ragged_prefill():
         harness.assert_lse_close(lse, expected_lse)
         worst = max(worst, _errors(out, expected)[0])
     _record("graph", "ragged_prefill", replays=100, num_splits=3, max_abs_err=worst)
+
+
+# ---- Back-to-back launches: each call may start while the one before it still runs ----
+
+
+def _chain(problem, run, steps, workspace, outs):
+    """`steps` calls, each reading the previous call's output as its q (the first reads
+    problem.q); call i writes outs[i]."""
+    q = problem.q
+    for i in range(steps):
+        run(q, outs[i])
+        q = outs[i]
+
+
+@pytest.mark.parametrize("kind,head_dim,num_splits", [
+    ("decode", 64, None), ("decode", 128, None), ("decode", 128, 4), ("decode", 256, 3),
+    ("decode_fp8", 128, None), ("paged_prefill", 128, None), ("ragged_prefill", 128, None),
+    ("ragged_prefill", 64, 2)])
+def test_back_to_back_calls_read_the_previous_calls_output(kind, head_dim, num_splits):
+    """On sm_90 the kernels are launched with programmatic stream serialization (launch.h
+    LaunchKernel): a call's CTAs may be scheduled before the call ahead of it has completed.
+    Eight calls, each taking the previous call's output as its q, captured in one CUDA graph
+    and replayed (so they run back to back) must give the bits of the same calls run one at a
+    time with a synchronize between them. A kernel that touched global memory before its
+    GridDependencyWait could read a q not yet written (the outputs are poisoned with NaN before
+    each replay) or the previous call's split counters."""
+    steps, dtype = 8, torch.bfloat16
+    if kind == "ragged_prefill":
+        problem = harness.make_ragged([300, 77, 1024], [300, 77, 1024], num_kv_heads=8, group=4,
+                                      head_dim=head_dim, dtype=dtype, device="cuda", seed=21)
+        causal = dict(causal=True, max_q_len=1024)
+
+        def run(q, out):
+            splitkv.ragged_attention(q, problem.k, problem.v, problem.cu_seqlens_q, problem.cu_seqlens_kv,
+                                     workspace, out=out, num_splits=num_splits, **causal)
+    else:
+        seq_lens = [2048, 37, 5000, 640] if kind != "paged_prefill" else [700, 1500]
+        q_lens = [300, 900] if kind == "paged_prefill" else None
+        problem = harness.make_paged(seq_lens, page_size=16, num_kv_heads=8, group=4, head_dim=head_dim,
+                                     dtype=dtype, device="cuda", q_lens=q_lens, seed=22)
+        kv_cache, scales = problem.kv_cache, {}
+        if kind == "decode_fp8":
+            kv_cache = torch.nan_to_num(kv_cache).to(torch.float8_e4m3fn)
+            scales = dict(k_scale=0.5, v_scale=0.25)
+        extra = dict(cu_seqlens_q=problem.cu_seqlens_q, max_q_len=max(q_lens), causal=True) if q_lens else {}
+
+        def run(q, out):
+            splitkv.paged_attention(q, kv_cache, problem.block_tables, problem.seq_lens, workspace, out=out,
+                                    num_splits=num_splits, **scales, **extra)
+    workspace = splitkv.Workspace(64 << 20, "cuda")
+    stepwise = [torch.empty_like(problem.q) for _ in range(steps)]
+    q = problem.q
+    for i in range(steps):
+        run(q, stepwise[i])
+        torch.cuda.synchronize()
+        q = stepwise[i]
+    assert all(bool(torch.isfinite(o).all()) for o in stepwise)
+
+    outs = [torch.empty_like(problem.q) for _ in range(steps)]
+    graph, _ = harness.capture_graph(lambda: _chain(problem, run, steps, workspace, outs))
+    for replay in range(3):
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for i in range(steps):
+            harness.assert_bitwise_equal(outs[i], stepwise[i])
+        harness.assert_counter_region_zero(workspace)
+    # And eagerly, back to back (the host may or may not keep ahead of the GPU here).
+    for o in outs:
+        o.fill_(float("nan"))
+    _chain(problem, run, steps, workspace, outs)
+    torch.cuda.synchronize()
+    for i in range(steps):
+        harness.assert_bitwise_equal(outs[i], stepwise[i])

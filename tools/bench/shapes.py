@@ -146,6 +146,19 @@ def _gqa8(trace):
             for b, n in ((1, 8192), (1, 32768), (1, 131072), (4, 16384), (8, 8192), (16, 4096), (64, 4096))]
 
 
+def _short_splits(trace):
+    """Short-context decode at page 16, where FlashInfer's XQA kernel led the 2026-12-06 grids:
+    each shape beside the peers, and a merge case of the same shape at forced split counts, so
+    one run says whether the planner's split count or the kernel is behind."""
+    shapes = {64: ((1, 1024), (1, 2048), (1, 4096), (8, 1024), (8, 2048)), 128: ((1, 1024), (8, 1024))}
+    cases = []
+    for head_dim, pairs in shapes.items():
+        for b, n in pairs:
+            cases.append(DecodeCase(b, n, head_dim))
+            cases.append(MergeCase(b, n, forced_splits=(2, 4, 8, 16, 32), head_dim=head_dim))
+    return cases
+
+
 def _cpu(trace):
     """The 2-core CPU backend beside torch's CPU SDPA (BUILD_NOTES' figures)."""
     return [
@@ -169,7 +182,8 @@ def _tiny(trace):
     ]
 
 
-PRESETS = {"quick": _quick, "full": _full, "gqa8": _gqa8, "cpu": _cpu, "tiny": _tiny}
+PRESETS = {"quick": _quick, "full": _full, "gqa8": _gqa8, "short_splits": _short_splits, "cpu": _cpu,
+           "tiny": _tiny}
 
 
 def preset_cases(name, device_type, trace):

@@ -383,6 +383,7 @@ __global__ void __launch_bounds__(kThreads)
   T* const s_q = reinterpret_cast<T*>(smem);
   T* const s_kv = s_q + S::kQElems;  // stage st: K at 2 * st * kKvElems, V right after
 
+  GridDependencyWait();  // before the first global access (ptx.cuh)
   TileQueries tq;
   if (!TileQueriesOf(p, tq)) return;
   const int split_idx = blockIdx.y;

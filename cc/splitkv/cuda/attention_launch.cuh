@@ -43,8 +43,7 @@ struct KernelLaunch {
                      const char* op, const More&... more) {
     EnsureSharedMemory(op);
     const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.num_splits));
-    kKernel<<<grid, kThreads, kSmemBytes, stream>>>(params, kv, more...);
-    CheckCuda(cudaGetLastError(), op);
+    LaunchKernel(kKernel, grid, kThreads, kSmemBytes, stream, op, params, kv, more...);
   }
 
   static int ResidentCtasPerSm(const char* op) {

@@ -330,6 +330,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     for (int st = 0; st < S::kStages; ++st) MbarrierInit(&stage_full[st], 1);
     FenceMbarrierInit();
   }
+  GridDependencyWait();  // before the first global access (ptx.cuh)
   TileQueries tq;
   if (!TileQueriesOf(p, tq)) return;
   const int split_idx = blockIdx.y;

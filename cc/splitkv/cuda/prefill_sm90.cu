@@ -48,9 +48,7 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
               op);
     done_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<static_cast<unsigned>(num_ctas), S::kThreads, kSmemBytes, stream>>>(
-      q, k, v, params);
-  CheckCuda(cudaGetLastError(), op);
+  LaunchKernel(kernel, dim3(static_cast<unsigned>(num_ctas)), S::kThreads, kSmemBytes, stream, op, q, k, v, params);
 }
 
 template <int kHeadDim, bool kPaged, bool kInvariant, int kConsumers = 2>
@@ -137,9 +135,12 @@ bool EncodeQ(CUtensorMap* map, const Params& p, const PrefillSm90Params& params)
 
 }  // namespace
 
-bool DeviceRunsSm90a(const char* op) {
+namespace {
+
+// The current device's compute capability as 10 major + minor, read once per device.
+int ComputeCapability(const char* op) {
   static std::mutex mutex;
-  static std::vector<int> known;  // per device: 0 unknown, 1 yes, 2 no
+  static std::vector<int> known;  // per device: 0 unknown
   int device = 0;
   CheckCuda(cudaGetDevice(&device), op);
   std::lock_guard<std::mutex> lock(mutex);
@@ -148,10 +149,16 @@ bool DeviceRunsSm90a(const char* op) {
     int major = 0, minor = 0;
     CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
     CheckCuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
-    known[device] = major == 9 && minor == 0 ? 1 : 2;
+    known[device] = 10 * major + minor;
   }
-  return known[device] == 1;
+  return known[device];
 }
+
+}  // namespace
+
+bool DeviceRunsSm90a(const char* op) { return ComputeCapability(op) == 90; }
+
+bool DeviceHasProgrammaticLaunch(const char* op) { return ComputeCapability(op) >= 90; }
 
 namespace {
 
