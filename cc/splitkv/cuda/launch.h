@@ -21,18 +21,15 @@ void CheckCuda(cudaError_t err, const char* op);
 // other image is sm_80's. Read once per device.
 bool DeviceRunsSm90a(const char* op);
 
-// Whether the current device takes programmatic dependent launches (compute capability 9.0
-// and up). Read once per device.
-bool DeviceHasProgrammaticLaunch(const char* op);
-
-// Enqueues kernel<<<grid, threads, smem_bytes, stream>>>(args...) and checks the launch. On
-// devices that take it (DeviceHasProgrammaticLaunch), the launch allows programmatic stream
-// serialization: the kernel's CTAs may be scheduled once the previous kernel's CTAs have
-// exited (or, if that kernel says so, earlier), before its grid has completed, which takes
-// part of the launch's latency off the critical path (0.3-3.4 % on decode calls under 20 us,
-// H100, docs/perf_log.md session 46). Every kernel launched here therefore calls
-// GridDependencyWait before its first global memory access (ptx.cuh). FlashInfer launches its
-// sm_90 decode kernels the same way by default (enable_pdl).
+// Enqueues kernel<<<grid, threads, smem_bytes, stream>>>(args...) and checks the launch.
+// Where the sm_90a image runs (DeviceRunsSm90a: its kernels hold the wait below, which the
+// sm_80 image compiles out), the launch allows programmatic stream serialization: the
+// kernel's CTAs may be scheduled once the previous kernel's CTAs have exited (or, if that
+// kernel says so, earlier), before its grid has completed, which takes part of the launch's
+// latency off the critical path (0.3-3.4 % on decode calls under 20 us, H100,
+// docs/perf_log.md session 46). Every kernel launched here therefore calls
+// GridDependencyWait before its first global memory access (ptx.cuh). FlashInfer launches
+// its sm_90 decode kernels the same way by default (enable_pdl).
 template <typename... Params, typename... Args>
 void LaunchKernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t smem_bytes, cudaStream_t stream,
                   const char* op, const Args&... args) {
@@ -45,7 +42,7 @@ void LaunchKernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = DeviceHasProgrammaticLaunch(op) ? 1 : 0;
+  config.numAttrs = DeviceRunsSm90a(op) ? 1 : 0;
   CheckCuda(cudaLaunchKernelEx(&config, kernel, args...), op);
   CheckCuda(cudaGetLastError(), op);
 }

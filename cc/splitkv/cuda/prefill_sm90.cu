@@ -135,12 +135,9 @@ bool EncodeQ(CUtensorMap* map, const Params& p, const PrefillSm90Params& params)
 
 }  // namespace
 
-namespace {
-
-// The current device's compute capability as 10 major + minor, read once per device.
-int ComputeCapability(const char* op) {
+bool DeviceRunsSm90a(const char* op) {
   static std::mutex mutex;
-  static std::vector<int> known;  // per device: 0 unknown
+  static std::vector<int> known;  // per device: 0 unknown, 1 yes, 2 no
   int device = 0;
   CheckCuda(cudaGetDevice(&device), op);
   std::lock_guard<std::mutex> lock(mutex);
@@ -149,16 +146,10 @@ int ComputeCapability(const char* op) {
     int major = 0, minor = 0;
     CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
     CheckCuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
-    known[device] = 10 * major + minor;
+    known[device] = major == 9 && minor == 0 ? 1 : 2;
   }
-  return known[device];
+  return known[device] == 1;
 }
-
-}  // namespace
-
-bool DeviceRunsSm90a(const char* op) { return ComputeCapability(op) == 90; }
-
-bool DeviceHasProgrammaticLaunch(const char* op) { return ComputeCapability(op) >= 90; }
 
 namespace {
 

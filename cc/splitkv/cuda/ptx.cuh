@@ -56,15 +56,15 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* sm
                : "r"(SharedAddress(smem)));
 }
 
-// ---- Programmatic dependent launch (sm_90+; launches carry the attribute only there,
-// launch.h LaunchKernel). A kernel so launched may be scheduled before the grid ahead of it
-// in the stream has completed, so it calls GridDependencyWait before its first global memory
-// access, read or write (inputs, the workspace's counters, outputs): the wait returns once
-// that grid has completed and its writes are visible. A no-op in a launch without the
-// attribute; compiles to nothing below sm_90. The kernels never call
-// griddepcontrol.launch_dependents: released after their main loop, the next grid's CTAs
-// took SM slots early and slowed one-wave split grids by 4-7 % (H100, docs/perf_log.md
-// session 46), so a grid after them starts as their CTAs exit.
+// ---- Programmatic dependent launch (launches carry the attribute only where the sm_90a
+// image runs: launch.h LaunchKernel). A kernel so launched may be scheduled before the grid
+// ahead of it in the stream has completed, so it calls GridDependencyWait before its first
+// global memory access, read or write (inputs, the workspace's counters, outputs): the wait
+// returns once that grid has completed and its writes are visible. A no-op in a launch
+// without the attribute; compiles to nothing below sm_90. The kernels never call
+// griddepcontrol.launch_dependents: released after their main loop, the next grid's CTAs took
+// SM slots early and slowed one-wave split grids by 4-7 % (H100, docs/perf_log.md session 46),
+// so a grid after them starts as their CTAs exit.
 __device__ __forceinline__ void GridDependencyWait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
