@@ -322,8 +322,9 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   __shared__ float s_q_scale[S::kFp8 ? S::kRows : 1];
   [[maybe_unused]] __shared__ float s_block_max[S::kSharedLogits ? S::kWarpsN * S::kRows : 1];  // kSharedLogits
 
-  // The barriers are set up (and the tensor maps fetched) while seq_lens is in flight: the
-  // CTA-wide barrier publishing them comes after that read is issued.
+  // Thread 0 sets up the barriers and fetches the tensor maps (no global memory: they may
+  // run before GridDependencyWait); the CTA-wide barrier publishing them comes after the
+  // seq_lens read is issued.
   if (threadIdx.x == 0) {
     if constexpr (S::kPageTma) PrefetchTensorMap(&maps.k), PrefetchTensorMap(&maps.v);
 #pragma unroll

@@ -43,8 +43,9 @@ void LaunchKernel(void (*kernel)(Params...), dim3 grid, unsigned threads, size_t
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = DeviceRunsSm90a(op) ? 1 : 0;
-  CheckCuda(cudaLaunchKernelEx(&config, kernel, args...), op);
-  CheckCuda(cudaGetLastError(), op);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+  (void)cudaGetLastError();  // a failed launch leaves no sticky error for a later op to report
+  CheckCuda(err, op);
 }
 
 // Enqueues one launch of num_tiles x num_splits CTAs (kind: decode or prefill tiles). `maps`
