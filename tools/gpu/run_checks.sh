@@ -8,7 +8,8 @@
 # tests:    every pytest test marked gpu in tests/python (correctness vs float64 and the CPU
 #           backend, 1000+ interleaved launches on one workspace, CUDA graph replays);
 # sanitize: compute-sanitizer memcheck, racecheck, synccheck on tools/gpu/sanitizer_cases.py;
-# sass:     instruction counts per kernel from cuobjdump (spills, mma, cp.async);
+# sass:     instruction counts per kernel from cuobjdump (spills, mma, cp.async), and
+#           sass_pdl_check.py (each PDL-launched kernel waits before touching global memory);
 # bench:    tools/bench/bench.py --shapes=quick (splitkv beside FlashInfer and FlashAttention-3
 #           when their wheels are carried in .peers/ or $SPLITKV_PEERS_DIR (installed first by
 #           tools/gpu/install_peers.sh), torch's SDPA, flex, varlen: decode TB/s, prefill
@@ -70,6 +71,9 @@ for step in "${steps[@]}"; do
       cuobjdump -sass -arch sm_90a "${device_dir}"/splitkv/_splitkv*.so 2>&1 | python3 tools/gpu/sass_summary.py \
         > "${out}/sass_summary.txt" 2>&1
       summary+=("sass: rc=$?"); cat "${out}/sass_summary.txt" | head -n 30
+      # Every PDL-launched kernel waits for the previous grid before any global access.
+      python3 tools/gpu/sass_pdl_check.py "${device_dir}"/splitkv/_splitkv*.so > "${out}/sass_pdl_check.txt" 2>&1
+      summary+=("sass_pdl_check: rc=$? | $(head -n 1 "${out}/sass_pdl_check.txt")")
       ;;
     bench)
       source tools/gpu/install_peers.sh "${SPLITKV_PEERS_DIR:-.peers}" > "${out}/bench.log" 2>&1

@@ -134,7 +134,7 @@ template <typename T>
 __device__ __forceinline__ void CopyChunk(T* dst, const Fp8E4M3* src, bool vec) {
   uint32_t word[2];
   if (vec) {
-    const uint2 w = __ldg(reinterpret_cast<const uint2*>(src));
+    const uint2 w = LoadInput(reinterpret_cast<const uint2*>(src));
     word[0] = w.x, word[1] = w.y;
   } else {
     const auto* bytes = reinterpret_cast<const uint8_t*>(src);
@@ -250,7 +250,7 @@ __device__ __forceinline__ void ConvertFp8KvBlock(T* s_k, T* s_v, const uint8_t*
 // cannot overflow it.
 __device__ __forceinline__ int64_t QueryStart(const AttentionKernelParams& p, int request, int q_len, int kv_len) {
   if (p.full_seq_lens == nullptr) return int64_t{kv_len} - q_len;
-  return int64_t{__ldg(p.full_seq_lens + request)} - __ldg(p.kv_offsets + request) - q_len;
+  return int64_t{LoadInput(p.full_seq_lens + request)} - LoadInput(p.kv_offsets + request) - q_len;
 }
 
 // Keys [lo, hi) that query index i of a request (query 0 at local position q_start, kv_len
@@ -285,8 +285,8 @@ __device__ __forceinline__ bool TileQueriesOf(const AttentionKernelParams& p, Ti
   t.q_begin = t.request;
   t.q_len = 1;
   if (p.cu_seqlens_q != nullptr) {
-    t.q_begin = __ldg(p.cu_seqlens_q + t.request);
-    t.q_len = __ldg(p.cu_seqlens_q + t.request + 1) - t.q_begin;
+    t.q_begin = LoadInput(p.cu_seqlens_q + t.request);
+    t.q_len = LoadInput(p.cu_seqlens_q + t.request + 1) - t.q_begin;
   }
   t.first = t.q_tile * p.q_tile_tokens;
   if (t.first >= t.q_len) return false;
@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr bool kFp8 = std::is_same_v<typename KvSourceT<T>::Elem, Fp8E4M3>;
   float k_scale = 1.0f, v_scale = 1.0f;
   if constexpr (kFp8) {
-    k_scale = p.k_scales != nullptr ? __ldg(p.k_scales + kv_head) : p.k_scale;
-    v_scale = p.v_scales != nullptr ? __ldg(p.v_scales + kv_head) : p.v_scale;
+    k_scale = p.k_scales != nullptr ? LoadInput(p.k_scales + kv_head) : p.k_scale;
+    v_scale = p.v_scales != nullptr ? LoadInput(p.v_scales + kv_head) : p.v_scale;
   }
   const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN, S::kBlockN);
   const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;

@@ -494,7 +494,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         const RowTarget at = TileRowTarget(p, token_begin, kv_head, r);
         const T* src = static_cast<const T*>(p.q) + at.token * p.q_stride_token + at.head * p.q_stride_head + c * 8;
         if (p.q_vec) {
-          *reinterpret_cast<uint4*>(dst) = __ldg(reinterpret_cast<const uint4*>(src));
+          *reinterpret_cast<uint4*>(dst) = LoadInput(reinterpret_cast<const uint4*>(src));
         } else {
           CopyChunk(dst, src, false);
         }
@@ -587,8 +587,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   float row_scale[2] = {sm_scale, sm_scale};
   float v_scale = 1.0f;
   if constexpr (S::kFp8) {
-    const float k_scale = p.k_scales != nullptr ? __ldg(p.k_scales + kv_head) : p.k_scale;
-    v_scale = p.v_scales != nullptr ? __ldg(p.v_scales + kv_head) : p.v_scale;
+    const float k_scale = p.k_scales != nullptr ? LoadInput(p.k_scales + kv_head) : p.k_scale;
+    v_scale = p.v_scales != nullptr ? LoadInput(p.v_scales + kv_head) : p.v_scale;
 #pragma unroll
     for (int i = 0; i < 2; ++i) row_scale[i] = sm_scale * k_scale / s_q_scale[lane_row(i)];
   }

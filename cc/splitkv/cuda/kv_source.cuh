@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cc/splitkv/cuda/kernel_params.h"
+#include "cc/splitkv/cuda/ptx.cuh"
 
 namespace splitkv::cuda {
 
@@ -35,13 +36,13 @@ struct PagedKvSource {
         v_stride_slot(p.v_stride_slot),
         shift(p.page_size_log2),
         slot_mask((1 << p.page_size_log2) - 1),
-        kv_len(__ldg(p.seq_lens + request)) {}
+        kv_len(LoadInput(p.seq_lens + request)) {}
 
   // Key j's and value j's rows (one page-table read for both).
   __device__ void Rows(int32_t j, const T*& key, const T*& value) const { RowsInPage(PageOf(j), j, key, value); }
 
   // The two halves of Rows, so a caller can read the page id well before it needs the rows.
-  __device__ int32_t PageOf(int32_t j) const { return __ldg(pages + (j >> shift)); }
+  __device__ int32_t PageOf(int32_t j) const { return LoadInput(pages + (j >> shift)); }
   __device__ void RowsInPage(int64_t page, int32_t j, const T*& key, const T*& value) const {
     const int64_t slot = j & slot_mask;
     key = k + page * k_stride_page + slot * k_stride_slot;
@@ -60,8 +61,8 @@ struct RaggedKvSource {
 
   __device__ RaggedKvSource(const RaggedKvParams& p, int32_t request, int32_t kv_head)
       : k_stride_token(p.k_stride_token), v_stride_token(p.v_stride_token) {
-    const int32_t begin = __ldg(p.cu_seqlens_kv + request);
-    kv_len = __ldg(p.cu_seqlens_kv + request + 1) - begin;
+    const int32_t begin = LoadInput(p.cu_seqlens_kv + request);
+    kv_len = LoadInput(p.cu_seqlens_kv + request + 1) - begin;
     k = static_cast<const T*>(p.k) + begin * p.k_stride_token + kv_head * p.k_stride_head;
     v = static_cast<const T*>(p.v) + begin * p.v_stride_token + kv_head * p.v_stride_head;
   }

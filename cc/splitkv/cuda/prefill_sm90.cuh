@@ -158,17 +158,17 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
   const int q_tile = params.num_q_tiles - 1 - tile % params.num_q_tiles;
   const int kv_head = tile / params.num_q_tiles % p.num_kv_heads;
   const int request = tile / params.num_q_tiles / p.num_kv_heads;
-  const int q_begin = __ldg(p.cu_seqlens_q + request);
-  const int q_len = __ldg(p.cu_seqlens_q + request + 1) - q_begin;
+  const int q_begin = LoadInput(p.cu_seqlens_q + request);
+  const int q_len = LoadInput(p.cu_seqlens_q + request + 1) - q_begin;
   const int first = q_tile * params.q_tile_tokens;
   if (first >= q_len) return;  // uniform: before any barrier
   const int num_tokens = min(params.q_tile_tokens, q_len - first);
   int kv_begin = 0, kv_len;  // kv_begin: the request's first row of ragged k/v
   if constexpr (kPaged) {
-    kv_len = __ldg(params.paged.seq_lens + request);
+    kv_len = LoadInput(params.paged.seq_lens + request);
   } else {
-    kv_begin = __ldg(params.cu_seqlens_kv + request);
-    kv_len = __ldg(params.cu_seqlens_kv + request + 1) - kv_begin;
+    kv_begin = LoadInput(params.cu_seqlens_kv + request);
+    kv_len = LoadInput(params.cu_seqlens_kv + request + 1) - kv_begin;
   }
   const int group = p.group_size;
   const int64_t q_start = QueryStart(p, request, q_len, kv_len);  // query 0's key position
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
         const int slot_mask = (1 << shift) - 1;
         auto box_key = [&](int b) { return block_base + b * S::kBlockN + box * box_rows; };
         auto page_for = [&](int b) {
-          return copier && b < num_blocks && box_key(b) < key_end ? __ldg(pages + (box_key(b) >> shift)) : 0;
+          return copier && b < num_blocks && box_key(b) < key_end ? LoadInput(pages + (box_key(b) >> shift)) : 0;
         };
         int page = page_for(0);
         for (int b = 0; b < num_blocks; ++b) {
