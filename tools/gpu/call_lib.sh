@@ -4,6 +4,7 @@
 #
 #   source tools/gpu/call_lib.sh .device_run/ab.tar.xz   # unpacks the packages into /tmp/ab
 #   log "d128 A/B"; inv main 128 1; inv branch 128 1; inv branch 128 2; inv main 128 2
+#   gpu_tests branch; sanitize branch memcheck racecheck synccheck
 #   if on_h200; then ...; fi
 #   timeout "$(left 560)" python3 ...                     # what is left of a 560 s call
 #
@@ -50,6 +51,28 @@ dprof() {
   PYTHONPATH="$CALL_PKGS/$pkg" timeout 50 python3 tools/gpu/decode_profile.py --time --page_size="$page" "$@" \
     > "$OUT/dprof_part.txt" 2>&1
   tail -n "$#" "$OUT/dprof_part.txt" >> "$OUT/dprof.txt"
+}
+
+# gpu_tests PACKAGE: every pytest test marked gpu on one package, into $OUT/pytest_PACKAGE.log
+# (150 s at most); the rc, failures and summary line go to the log.
+gpu_tests() {
+  PYTHONPATH="$CALL_PKGS/$1:tests/python" timeout 150 python3 -m pytest tests/python -m gpu -q -rs \
+    -p no:cacheprovider > "$OUT/pytest_$1.log" 2>&1
+  log "pytest -m gpu ($1) rc=$?"
+  grep -E "^(FAILED|ERROR)" "$OUT/pytest_$1.log" | head -20 | tee -a "$OUT/log.txt"
+  tail -1 "$OUT/pytest_$1.log" | tee -a "$OUT/log.txt"
+}
+
+# sanitize PACKAGE TOOL...: compute-sanitizer (memcheck, racecheck, synccheck) over
+# tools/gpu/sanitizer_cases.py, splitkv's kernels only, into $OUT/sanitizer_TOOL.log (60 s each).
+sanitize() {
+  local pkg=$1 tool
+  shift
+  for tool in "$@"; do
+    PYTHONPATH="$CALL_PKGS/$pkg:tests/python" timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      --kernel-name kns=splitkv python3 tools/gpu/sanitizer_cases.py > "$OUT/sanitizer_$tool.log" 2>&1
+    log "$tool ($pkg) rc=$? $(grep -E "SUMMARY" "$OUT/sanitizer_$tool.log")"
+  done
 }
 
 if [[ -n "$1" ]]; then

@@ -126,6 +126,17 @@ def find_cuobjdump():
     raise SystemExit("cuobjdump not found: put the CUDA toolkit's bin on PATH or `pip install nvidia-cuda-cuobjdump`")
 
 
+def sass_lines(binary):
+    """cuobjdump -sass's lines for a binary's device code, or stdin's lines for "-"."""
+    if binary == "-":
+        return sys.stdin.read().splitlines()
+    result = subprocess.run([find_cuobjdump(), "-sass", binary], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"cuobjdump -sass {binary} failed ({result.returncode}): {result.stderr.strip()[:300]}"
+                         " (it needs nvdisasm on PATH too: pip install nvidia-cuda-nvdisasm)")
+    return result.stdout.splitlines()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("binary", help="a cubin or a shared library with device code, or - for SASS on stdin")
@@ -136,12 +147,7 @@ def main(argv=None):
                         help="exit 1 if a matching kernel has no wait loop, or its innermost one runs"
                              " an exponential or a max after the P V wait")
     args = parser.parse_args(argv)
-    if args.binary == "-":
-        lines = sys.stdin.read().splitlines()
-    else:
-        result = subprocess.run([find_cuobjdump(), "-sass", args.binary], capture_output=True, text=True, check=True)
-        lines = result.stdout.splitlines()
-    functions = parse_functions(lines, args.arch)
+    functions = parse_functions(sass_lines(args.binary), args.arch)
     checked, failed = 0, []
     for mangled, name in zip(functions, demangle(list(functions))):
         if args.kernel not in name:

@@ -18,12 +18,11 @@ nvidia/cu13/bin on PATH (cuobjdump calls nvdisasm).
 
 import argparse
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tools.gpu.sass_loops import demangle, find_cuobjdump, opcode, parse_functions  # noqa: E402
+from tools.gpu.sass_loops import demangle, opcode, parse_functions, sass_lines  # noqa: E402
 
 WAIT = "ACQBULK"
 # Opcodes that read or write global memory (generic LD/ST may too), by their base name.
@@ -64,12 +63,7 @@ def main(argv=None):
     parser.add_argument("binary", help="a shared library with device code, or - for SASS on stdin")
     parser.add_argument("--arch", default="sm_90a", help="the architecture's code to read in a fat binary")
     args = parser.parse_args(argv)
-    if args.binary == "-":
-        lines = sys.stdin.read().splitlines()
-    else:
-        result = subprocess.run([find_cuobjdump(), "-sass", args.binary], capture_output=True, text=True, check=True)
-        lines = result.stdout.splitlines()
-    failed, checked = check(parse_functions(lines, args.arch))
+    failed, checked = check(parse_functions(sass_lines(args.binary), args.arch))
     if checked == 0:
         print(f"FAIL: no splitkv kernel in the {args.arch} code")
         return 1

@@ -13,15 +13,8 @@
 # carry: [".device_run/kn.tar.xz", ".device_run/next_call.sh"]
 source tools/gpu/call_lib.sh .device_run/kn.tar.xz
 mkdir -p $OUT/r
-log "pytest -m gpu (main90)"
-PYTHONPATH=/tmp/ab/main90:tests/python timeout 150 python3 -m pytest tests/python -m gpu -q -rs -p no:cacheprovider \
-  > $OUT/r/pytest_main90.log 2>&1
-echo "pytest rc=$?" | tee -a $OUT/log.txt; tail -1 $OUT/r/pytest_main90.log | tee -a $OUT/log.txt
-for tool in memcheck racecheck synccheck; do
-  PYTHONPATH=/tmp/ab/main90:tests/python timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 \
-    --kernel-name kns=splitkv python3 tools/gpu/sanitizer_cases.py > $OUT/r/sanitizer_$tool.log 2>&1
-  echo "$tool rc=$?" | tee -a $OUT/log.txt
-done
+gpu_tests main90
+sanitize main90 memcheck racecheck synccheck
 b() { # b PACKAGE PRESET ONLY TAG
   (( $(left 520) > 40 )) || { log "skip $4: time"; return; }
   PYTHONPATH=/tmp/ab/$1:$PWD/tests/python:$PWD timeout $(left 540) python3 tools/bench/bench.py --device=cuda \
@@ -43,5 +36,5 @@ if on_h200; then
   cp $OUT/inv128.txt $OUT/r/
 fi
 log done
-cp $OUT/log.txt $OUT/r/
+cp $OUT/log.txt $OUT/pytest_*.log $OUT/sanitizer_*.log $OUT/r/
 tar cf - -C $OUT r | xz -9 > $OUT/r.tar.xz && rm -rf $OUT/r
