@@ -68,12 +68,14 @@ for step in "${steps[@]}"; do
     sass)
       # Per kernel: registers/spills are in the build log; here local-memory traffic and the
       # instructions that matter (mma, cp.async, ex2) in the shipped sm_90a code.
-      cuobjdump -sass -arch sm_90a "${device_dir}"/splitkv/_splitkv*.so 2>&1 | python3 tools/gpu/sass_summary.py \
-        > "${out}/sass_summary.txt" 2>&1
+      # One disassembly (minutes on the GPU machine) read by both tools.
+      cuobjdump -sass -arch sm_90a "${device_dir}"/splitkv/_splitkv*.so > "${out}/sass.txt" 2>&1
+      python3 tools/gpu/sass_summary.py < "${out}/sass.txt" > "${out}/sass_summary.txt" 2>&1
       summary+=("sass: rc=$?"); cat "${out}/sass_summary.txt" | head -n 30
       # Every PDL-launched kernel waits for the previous grid before any global access.
-      python3 tools/gpu/sass_pdl_check.py "${device_dir}"/splitkv/_splitkv*.so > "${out}/sass_pdl_check.txt" 2>&1
+      python3 tools/gpu/sass_pdl_check.py - < "${out}/sass.txt" > "${out}/sass_pdl_check.txt" 2>&1
       summary+=("sass_pdl_check: rc=$? | $(head -n 1 "${out}/sass_pdl_check.txt")")
+      xz -9 -f "${out}/sass.txt"
       ;;
     bench)
       source tools/gpu/install_peers.sh "${SPLITKV_PEERS_DIR:-.peers}" > "${out}/bench.log" 2>&1
