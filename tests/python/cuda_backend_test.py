@@ -439,12 +439,14 @@ def test_cuda_graph_replays_ragged_prefill():
 # ---- Back-to-back launches: each call may start while the one before it still runs ----
 
 
-def _chain(q, run, outs):
+def _chain(q, run, outs, between=None):
     """One call a tensor of outs, each reading the previous call's output as its q (the first
-    reads q); call i writes outs[i]."""
-    for i in range(len(outs)):
-        run(q, outs[i])
-        q = outs[i]
+    reads q); call i writes outs[i]; `between` runs after each call."""
+    for out in outs:
+        run(q, out)
+        if between is not None:
+            between()
+        q = out
 
 
 @pytest.mark.parametrize("kind,head_dim,num_splits", [
@@ -459,9 +461,10 @@ def test_back_to_back_calls_read_the_previous_calls_output(kind, head_dim, num_s
     time with a synchronize between them: the outputs are poisoned with NaN before each
     replay, so a call that read its q early would show. The kernel families: the decode
     kernel's split grids (planned, forced 3 or 4) and unsplit ones (forced 1), fp8 decode,
-    paged and ragged prefill on the sm90 kernel (one split) and on mma.sync (forced splits). Since no splitkv kernel releases the next grid early, a
-    call starts only as the previous one's CTAs exit, so this guards the results under PDL
-    more than it proves where each kernel waits (that is read from the code, ptx.cuh)."""
+    paged and ragged prefill on the sm90 kernel (one split) and on mma.sync (forced splits).
+    Since no splitkv kernel releases the next grid early, a call starts only as the previous
+    one's CTAs exit, so this guards the results under PDL more than it proves where each
+    kernel waits (tools/gpu/sass_pdl_check.py reads that from the SASS)."""
     steps, dtype = 8, torch.bfloat16
     if kind == "ragged_prefill":
         problem = harness.make_ragged([300, 77, 1024], [300, 77, 1024], num_kv_heads=8, group=4,
@@ -487,11 +490,7 @@ def test_back_to_back_calls_read_the_previous_calls_output(kind, head_dim, num_s
                                     num_splits=num_splits, **scales, **extra)
     workspace = splitkv.Workspace(64 << 20, "cuda")
     stepwise = [torch.empty_like(problem.q) for _ in range(steps)]
-    q = problem.q
-    for i in range(steps):
-        run(q, stepwise[i])
-        torch.cuda.synchronize()
-        q = stepwise[i]
+    _chain(problem.q, run, stepwise, between=torch.cuda.synchronize)
     assert all(bool(torch.isfinite(o).all()) for o in stepwise)
 
     outs = [torch.empty_like(problem.q) for _ in range(steps)]

@@ -151,9 +151,9 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
   using S = PrefillSm90Shape<kHeadDim, kConsumers>;
   const AttentionKernelParams& p = params.p;
 
+  GridDependencyWait();  // before the first global access (ptx.cuh)
   // Same walk as the mma.sync kernel: (request, kv head) outer, q tiles last-first inside,
   // so CTAs running together share one head's K/V in L2 and the longest tiles start first.
-  GridDependencyWait();  // before the first global access (ptx.cuh)
   const int tile = blockIdx.x;
   const int q_tile = params.num_q_tiles - 1 - tile % params.num_q_tiles;
   const int kv_head = tile / params.num_q_tiles % p.num_kv_heads;
