@@ -5,9 +5,10 @@
     python3 tools/gpu/decode_profile.py --invariant 1x32768        # batch_invariant=True calls
     python3 tools/gpu/decode_profile.py --time --fp8 1x32768:HND:16 # an fp8 e4m3 cache (scale FP8_SCALE)
     python3 tools/gpu/decode_profile.py --time --page_size=64 64x4096 # pages of 64 slots (only the = form)
+    python3 tools/gpu/decode_profile.py --time --head_dim=256 24x4096  # head_dim 64, 128 or 256 (the = form)
 
 A shape is BATCHxKV_LEN[:LAYOUT[:NUM_SPLITS]] (bf16, 32 qo / 8 kv heads, head_dim 128, page
-16 unless --page_size says). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
+16 unless --head_dim / --page_size say). With --time each shape is timed over rotated input copies (> 4 x L2), and its output
 checked against float32 SDPA on the gathered KV.
 """
 
@@ -32,8 +33,8 @@ def parse(spec):
     return batch, kv_len, layout, splits
 
 
-def make(batch, kv_len, layout, copies, gen, fp8, page_size=16):
-    case = shapes.DecodeCase(batch, kv_len)
+def make(batch, kv_len, layout, copies, gen, fp8, page_size=16, head_dim=128):
+    case = shapes.DecodeCase(batch, kv_len, head_dim)
     out = []
     for c in inputs.decode_copies(case, torch.bfloat16, torch.device("cuda", 0), copies, gen):
         p = inputs.paged_copy(c, page_size, layout, gen)
@@ -47,7 +48,12 @@ def main(argv):
     invariant = "--invariant" in argv
     fp8 = "--fp8" in argv
     page_size = 16
+    head_dim = 128
     for a in argv:
+        if a.startswith("--head_dim="):
+            head_dim = int(a.split("=", 1)[1])
+            if head_dim not in (64, 128, 256):
+                sys.exit(f"--head_dim={head_dim}: expected 64, 128 or 256")
         if a.startswith("--page_size="):
             page_size = int(a.split("=", 1)[1])
             if page_size < 1 or page_size & (page_size - 1):
@@ -59,9 +65,9 @@ def main(argv):
     rows = []
     for spec in specs:
         batch, kv_len, layout, splits = parse(spec)
-        kv_bytes = batch * 8 * kv_len * 128 * 2 * (1 if fp8 else 2)
+        kv_bytes = batch * 8 * kv_len * head_dim * 2 * (1 if fp8 else 2)
         copies = max(1, min(16, -(-(240 << 20) // kv_bytes))) if timed else 1
-        paged = make(batch, kv_len, layout, copies, gen, fp8, page_size)
+        paged = make(batch, kv_len, layout, copies, gen, fp8, page_size, head_dim)
         outs = [torch.empty_like(p.q) for p in paged]
 
         def call(i):
@@ -91,7 +97,7 @@ def main(argv):
         err = float((got - ref).abs().max())
         del k, v, ref
         t, _ = timing.time_calls([lambda i=i: call(i) for i in range(len(paged))], torch.device("cuda", 0), 5, 30)
-        rows.append(f"{spec:<22} p{page_size:<3} splits {plan.num_splits:>3}  {t * 1e3:8.4f} ms  {kv_bytes / t / 1e12:5.2f} TB/s"
+        rows.append(f"{spec:<22} d{head_dim:<3} p{page_size:<3} splits {plan.num_splits:>3}  {t * 1e3:8.4f} ms  {kv_bytes / t / 1e12:5.2f} TB/s"
                     f"  err {err:.1e}{'  BAD' if not err < 2e-2 else ''}")
         print(rows[-1], flush=True)
         del paged, outs
