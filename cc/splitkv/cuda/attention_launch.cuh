@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "cc/splitkv/cuda/attention_kernel.cuh"
@@ -21,33 +20,19 @@ template <int kHeadDim>
 using PrefillShape = KernelShape<kHeadDim, 4, PrefillBlockKeys(kHeadDim), 2>;
 
 // One kernel instance (a CTA of kThreads, a grid of tiles x splits, kSmemBytes of dynamic
-// shared memory). Kernels above 48 KiB of dynamic shared memory must opt in, per device; the
-// attribute call is not a stream operation (safe during graph capture) and runs once per
-// device and instance.
+// shared memory, opted in per device: launch.h EnsureSharedMemory).
 template <auto kKernel, size_t kSmemBytes>
 struct KernelLaunch {
-  static void EnsureSharedMemory(const char* op) {
-    static std::atomic<uint64_t> done_devices{0};
-    int device = 0;
-    CheckCuda(cudaGetDevice(&device), op);
-    const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-    if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
-    CheckCuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(kSmemBytes)),
-              op);
-    done_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
-
   template <class KvParams, class... More>
   static void Launch(const AttentionKernelParams& params, const KvParams& kv, int64_t num_tiles, cudaStream_t stream,
                      const char* op, const More&... more) {
-    EnsureSharedMemory(op);
+    EnsureSharedMemory<kKernel, kSmemBytes>(op);
     const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(params.num_splits));
     LaunchKernel(kKernel, grid, kThreads, kSmemBytes, stream, op, params, kv, more...);
   }
 
   static int ResidentCtasPerSm(const char* op) {
-    EnsureSharedMemory(op);
+    EnsureSharedMemory<kKernel, kSmemBytes>(op);
     int ctas = 0;
     CheckCuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kKernel, kThreads, kSmemBytes), op);
     return ctas;

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "cc/splitkv/cuda/kernel_params.h"
@@ -18,8 +19,28 @@ void CheckCuda(cudaError_t err, const char* op);
 
 // Whether the current device runs the fatbin's sm_90a code (bulk copies, TMA, wgmma): compute
 // capability exactly 9.0, since arch-specific sm_90a code loads on no other device and the
-// other image is sm_80's. Read once per device.
+// other image is sm_80's. Read once per device (devices 0-63; others on every call), without a
+// lock: every launch asks (LaunchKernel).
 bool DeviceRunsSm90a(const char* op);
+
+// Device numbers with a bit in a 64-bit set (devices 0-63), else 0.
+inline uint64_t DeviceBit(int device) { return device >= 0 && device < 64 ? uint64_t{1} << device : 0; }
+
+// Lets kKernel use kSmemBytes of dynamic shared memory on the current device (kernels above
+// 48 KiB must opt in, per device). The attribute call is not a stream operation (safe during
+// graph capture); it runs once per device and kernel instance (devices 0-63; others on every
+// launch).
+template <auto kKernel, size_t kSmemBytes>
+void EnsureSharedMemory(const char* op) {
+  static std::atomic<uint64_t> done_devices{0};
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), op);
+  const uint64_t bit = DeviceBit(device);
+  if (bit != 0 && (done_devices.load(std::memory_order_acquire) & bit) != 0) return;
+  CheckCuda(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)),
+            op);
+  done_devices.fetch_or(bit, std::memory_order_acq_rel);
+}
 
 // Enqueues kernel<<<grid, threads, smem_bytes, stream>>>(args...) and checks the launch.
 // Where the sm_90a image runs (DeviceRunsSm90a: its kernels hold the wait below, which the

@@ -5,9 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
-#include <vector>
 
 #include "cc/splitkv/cuda/launch.h"
 #include "cc/splitkv/cuda/prefill_sm90.cuh"
@@ -38,16 +36,7 @@ void Launch(const CUtensorMap& q, const CUtensorMap& k, const CUtensorMap& v, co
   using S = PrefillSm90Shape<kHeadDim, kConsumers>;
   constexpr auto kernel = PrefillSm90Kernel<T, kHeadDim, kPaged, kInvariant, kConsumers>;
   constexpr size_t kSmemBytes = kInvariant ? S::kInvariantSmemBytes : S::kSmemBytes;
-  static std::atomic<uint64_t> done_devices{0};
-  int device = 0;
-  CheckCuda(cudaGetDevice(&device), op);
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (done_devices.load(std::memory_order_acquire) & bit) == 0) {
-    CheckCuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(kSmemBytes)),
-              op);
-    done_devices.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  EnsureSharedMemory<kernel, kSmemBytes>(op);
   LaunchKernel(kernel, dim3(static_cast<unsigned>(num_ctas)), S::kThreads, kSmemBytes, stream, op, q, k, v, params);
 }
 
@@ -136,19 +125,22 @@ bool EncodeQ(CUtensorMap* map, const Params& p, const PrefillSm90Params& params)
 }  // namespace
 
 bool DeviceRunsSm90a(const char* op) {
-  static std::mutex mutex;
-  static std::vector<int> known;  // per device: 0 unknown, 1 yes, 2 no
+  // Two sets of devices: those read, and of them those that run sm_90a. A device's bit in
+  // `runs` is published before its bit in `read`, so a reader that sees `read` sees `runs`.
+  static std::atomic<uint64_t> read{0}, runs{0};
   int device = 0;
   CheckCuda(cudaGetDevice(&device), op);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (static_cast<int>(known.size()) <= device) known.resize(device + 1, 0);
-  if (known[device] == 0) {
-    int major = 0, minor = 0;
-    CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
-    CheckCuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
-    known[device] = major == 9 && minor == 0 ? 1 : 2;
+  const uint64_t bit = DeviceBit(device);
+  if (bit != 0 && (read.load(std::memory_order_acquire) & bit) != 0) {
+    return (runs.load(std::memory_order_relaxed) & bit) != 0;
   }
-  return known[device] == 1;
+  int major = 0, minor = 0;
+  CheckCuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), op);
+  CheckCuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), op);
+  const bool sm90a = major == 9 && minor == 0;
+  if (sm90a) runs.fetch_or(bit, std::memory_order_relaxed);
+  read.fetch_or(bit, std::memory_order_release);
+  return sm90a;
 }
 
 namespace {
