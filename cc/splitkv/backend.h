@@ -30,6 +30,7 @@ struct BackendTraits {
   int64_t tail_keep_tiles = 0;     // ... except grids of at most these tiles (split_plan.h)
   int64_t wave_split_workers = 0;  // splits for grids of a few waves of long tiles (split_plan.h)
   int64_t fill_wave_workers = 0;   // splits filling the last resident wave (split_plan.h)
+  int64_t fill_wave_min_tiles = 0;  // ... for grids of at least these tiles (split_plan.h)
   // Batch-invariant mode (AttentionOptions::batch_invariant): keys per split, a multiple of
   // every kernel's key block; 0 where the backend has no invariant mode.
   int64_t invariant_split_keys = 0;

@@ -210,6 +210,7 @@ SplitPlan Plan(const char* op, const BackendTraits& traits, int64_t total_q, int
   request.tail_keep_tiles = traits.tail_keep_tiles;
   request.wave_split_workers = traits.wave_split_workers;
   request.fill_wave_workers = traits.fill_wave_workers;
+  request.fill_wave_min_tiles = traits.fill_wave_min_tiles;
   request.forced_num_splits = options.num_splits;
   request.workspace_bytes = workspace.bytes;
   request.batch_invariant = options.batch_invariant;

@@ -224,8 +224,8 @@ SplitPlan PlanSplits(const SplitPlanRequest& r) {
     constexpr int64_t kFillWaveMaxSplits = 8;
     constexpr int64_t kFillWaveMinKeys = 4096;
     const int64_t resident = r.fill_wave_workers;
-    if (resident > 0 && plan.num_tiles * kFillWaveMaxSplits >= resident && plan.num_tiles <= resident &&
-        r.max_kv_len >= kFillWaveMinKeys) {
+    if (resident > 0 && plan.num_tiles * kFillWaveMaxSplits >= resident && plan.num_tiles >= r.fill_wave_min_tiles &&
+        plan.num_tiles <= resident && r.max_kv_len >= kFillWaveMinKeys) {
       s = 1;
       const int64_t most = std::min({kFillWaveMaxSplits, r.max_splits,
                                      r.max_kv_len / std::max<int64_t>(1, r.min_keys_per_split)});

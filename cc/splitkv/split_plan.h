@@ -122,6 +122,14 @@ struct SplitPlanRequest {
   // wave of tiles (batch 1-4) the heuristic's many splits stay (docs/perf_log.md 2026-12-04,
   // session 32). Pages under 8 slots run the 1-an-SM row-copy kernel; the rule still applies.
   int64_t fill_wave_workers = 0;
+  // Fewest tiles the fill_wave_workers rule applies to, where more than its fill_wave_workers
+  // / 8 (0: that bound alone). Head_dim 256 over an fp8 cache (2 resident CTAs an SM) sets the
+  // SM count + 1, grids past one CTA an SM at one split. H100, fp8, ms, the heuristic's plan
+  // against the rule's: 24 x 4096 (192 tiles) 0.1536 / 0.1489, 24 x 8192 0.3555 / 0.3198, 24 x
+  // 16384 0.6952 / 0.6377 (1 split / 4); but 16 x 4096 (128 tiles) 0.0979 / 0.1038 (1 / 2), 8 x
+  // 16384 0.1924 / 0.1978 (2 / 4), 12 x 16384 0.3206 / 0.3232 (26 / 8) (docs/perf_log.md
+  // session 47).
+  int64_t fill_wave_min_tiles = 0;
   int64_t forced_num_splits = 0;     // 0: choose; >= 1: use exactly this or throw
   int64_t workspace_bytes = 0;       // the buffer's real size
   // Batch-invariant mode: splits of invariant_split_keys keys at absolute positions; the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cc/splitkv/errors.h"
@@ -619,6 +620,35 @@ TEST(FillWaveWorkersFillTheLastResidentWave) {
   r.workspace_bytes = int64_t{1} << 32;
   r.fill_wave_workers = 0;
   EXPECT_EQ(int64_t{1}, planned(24));
+}
+
+// fill_wave_min_tiles: the rule above only for grids of at least that many tiles; smaller
+// ones keep the heuristic's plan.
+TEST(FillWaveMinTilesKeepsSmallerGridsOnTheHeuristic) {
+  SplitPlanRequest r = LongDecodeRequest();
+  r.max_kv_len = 8192;
+  r.num_workers = 264;
+  r.fill_workers = 132;
+  auto planned = [&](int64_t batch, int64_t min_tiles) {
+    r.batch_size = batch;
+    r.layout_shape = LayoutShape{batch, 32, 256};
+    r.fill_wave_workers = 264;
+    r.fill_wave_min_tiles = min_tiles;
+    const int64_t with_rule = PlanSplits(r).num_splits;
+    r.fill_wave_workers = 0;
+    r.fill_wave_min_tiles = 0;
+    const int64_t heuristic = PlanSplits(r).num_splits;
+    return std::make_pair(with_rule, heuristic);
+  };
+  EXPECT_EQ(int64_t{4}, planned(24, 133).first);  // 192 tiles: the rule's 4
+  EXPECT_EQ(int64_t{4}, planned(24, 192).first);  // the bound itself is in
+  const auto at_16 = planned(16, 133);              // 128 tiles: the heuristic's
+  EXPECT_EQ(at_16.second, at_16.first);
+  EXPECT_EQ(int64_t{2}, planned(16, 0).first);     // (where the rule alone plans 2)
+  EXPECT_TRUE(at_16.second != 2);
+  const auto at_24 = planned(24, 193);              // 192 tiles under a bound of 193
+  EXPECT_EQ(at_24.second, at_24.first);
+  EXPECT_TRUE(at_24.second != 4);
 }
 
 // wave_split_workers: a one-split grid of 3.5 to 11 waves of tiles of 8192 keys or more plans

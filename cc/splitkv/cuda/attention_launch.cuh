@@ -192,7 +192,8 @@ using Fp8QueryRowsD64Shape = BulkDecodeShape<64, Fp8DecodeBlockKeys(64), 2, true
 using Fp8QueryRowsD64SplitShape = Fp8BulkDecodeShape<64, false, 2>;
 static_assert(Fp8QueryRowsD64Shape::kMinBlocks == kFp8D64QueryRowsCtasPerSm &&
               Fp8QueryRowsD64SplitShape::kMinBlocks == 3 && Fp8QueryRowsD64SplitShape::kRowBytes == 64);
-static_assert(Fp8BulkDecodeShape<128, false>::kMinBlocks == 2 && Fp8BulkDecodeShape<256, false>::kMinBlocks == 2);
+static_assert(Fp8BulkDecodeShape<128, false>::kMinBlocks == 2 &&
+              Fp8BulkDecodeShape<256, false>::kMinBlocks == kFp8D256DecodeCtasPerSm);
 static_assert(Fp8KeyRowsSplitShape::kMinBlocks == 3);
 
 template <typename T, int kHeadDim>

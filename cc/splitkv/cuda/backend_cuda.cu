@@ -260,8 +260,13 @@ BackendTraits Traits(int64_t group_size, int64_t head_dim, int64_t max_q_len, vo
     // (measured on 16-bit K/V; not at the other head_dims: split_plan.h).
     if (head_dim == 128 && !kv_fp8) traits.wave_split_workers = traits.fill_workers;
     // head_dim 256's grids of up to one wave of its 2 resident CTAs an SM (the heuristic fills
-    // 1): splits that fill the last resident wave (measured on 16-bit K/V; split_plan.h).
-    if (head_dim == 256 && !kv_fp8) traits.fill_wave_workers = int64_t{workers.sm_count} * kBulkDecodeRingCtasPerSm;
+    // 1): splits that fill the last resident wave (split_plan.h). Over an fp8 cache only for
+    // grids past one CTA an SM, where the rule was measured faster (split_plan.h).
+    if (head_dim == 256) {
+      traits.fill_wave_workers =
+          int64_t{workers.sm_count} * (kv_fp8 ? kFp8D256DecodeCtasPerSm : kBulkDecodeRingCtasPerSm);
+      if (kv_fp8) traits.fill_wave_min_tiles = int64_t{workers.sm_count} + 1;
+    }
   }
   traits.min_keys_per_split = tile.kind == TileKind::kDecode ? kDecodeMinKeysPerSplit : 256;
   traits.max_splits = tile.kind == TileKind::kDecode ? kDecodeMaxSplits : 64;

@@ -101,6 +101,7 @@ constexpr int BulkDecodeSplitStages(int head_dim) { return 2; }
 // 0.563, 1 x 131072 0.590 / 0.567, 16 x 4096 0.607 / 0.625 (docs/perf_log.md).
 constexpr int Fp8DecodeBlockKeys(int head_dim) { return head_dim >= 256 ? 64 : 128; }
 constexpr int Fp8BulkDecodeStages(int head_dim) { return 3; }
+inline constexpr int kFp8D256DecodeCtasPerSm = 2;  // head_dim 256's fp8 stages (attention_launch.cuh asserts it)
 // Head_dim 64 over an fp8 cache, tiles of at most 8 query rows (a decode step at a group of up
 // to 8): keys as the mma's rows (half the mma, softmax and conversion work of the query rows'
 // 16-row operand, which such a tile fills at most half), 2 stages, 4 CTAs an SM (128
