@@ -72,13 +72,14 @@ __device__ __forceinline__ void GridDependencyWait() {
 }
 
 // A load of kernel input (q, lengths, page ids, scales; anything an earlier grid may have
-// written) as ld.global.cg, coherent at L2. Not __ldg: its ld.global.nc promises the data
-// does not change while the kernel runs, which under PDL it may until GridDependencyWait
-// returns, and ptxas did hoist such loads above the wait (cu_seqlens_q in 32 decode
-// instances, docs/perf_log.md session 46; tools/gpu/sass_pdl_check.py checks the SASS).
+// written) as ld.global.ca, a weak load cached in L1 as __ldg's are (.cg, L2 only, cost the
+// trace prefill ~1.8 %: H100, docs/perf_log.md session 47). Not __ldg: its ld.global.nc
+// promises the data does not change while the kernel runs, which under PDL it may until
+// GridDependencyWait returns, and ptxas did hoist such loads above the wait (cu_seqlens_q in 32
+// decode instances, docs/perf_log.md session 46; tools/gpu/sass_pdl_check.py checks the SASS).
 template <typename T>
 __device__ __forceinline__ T LoadInput(const T* p) {
-  return __ldcg(p);
+  return __ldca(p);
 }
 
 // ---- sm_90 bulk copies completing on an mbarrier (no tensor map). The callers dispatch to
