@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Session 47 ran its parts as ../h100-2026-12-06-s47/c1.sh and c3.sh (no H200 came, so not the ring A/B).
 # For the next device call (written in session 46; not run). Packages in .device_run/kn.tar.xz:
 #   main90  main at or after f065d6a (PDL, inputs through LoadInput), built with
 #           tools/gpu/build_package.sh and checked first with tools/gpu/sass_pdl_check.py;
