@@ -111,7 +111,8 @@ struct SplitPlanRequest {
   // resident CTAs (0: no such rule): tiles in [fill_wave_workers / 8, fill_wave_workers] with
   // max_kv_len >= 4096 plan the count of 1 to 8 splits whose grid's last wave of
   // fill_wave_workers is fullest (the fewest of equals), in place of the heuristic's. The CUDA
-  // decode kernel at head_dim 256 (16-bit K/V: filled at 1 CTA an SM, 2 resident) sets it.
+  // decode kernel at head_dim 256 (filled at 1 CTA an SM, 2 resident) sets it; over an fp8
+  // cache with fill_wave_min_tiles (below). Figures for 16-bit K/V:
   // H200, 32 / 8 heads, page 16, us at 1 / 2 / 3 / 4 / 8 splits (FlashInfer): 24 x 8192 (192
   // tiles; 4 splits: 2.91 waves of 264) 410.8 / 407.2 / 390.4 / 374.9 / 379.5 (377.7), 24 x
   // 32768 1620.7 / 1604.2 / 1475.9 / 1448.3 / 1457.2 (1474.1), 24 x 4096 201.0 / 204.4 / 205.6 /
