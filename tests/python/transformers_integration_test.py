@@ -321,9 +321,20 @@ def test_import_splitkv_does_not_import_transformers():
 # logits are nearly equal: each run's logits are bf16 (the lm_head output), upstream bf16
 # activations round differently, and on the H200 (2026-12-01) splitkv's and paged|sdpa's
 # logprobs of the same token differed by up to one bf16 step of the logit. A divergence is
-# a near tie when both chosen tokens' logits are within _TIE_STEPS bf16 steps of the
-# reference's best logit (one step of noise per run).
+# a near tie when both chosen tokens' logits are within the tie allowance of the
+# reference's best logit: _TIE_STEPS bf16 steps (one step of noise per run), or, where a
+# test names a second correct plain implementation (_noise_steps), twice the largest
+# difference the two give the same top logits on this card (each of the two tokens may
+# move that far, in opposite directions). On an H100 a first difference 3.00 steps from
+# the top failed the fixed 2 (perf_log, sessions 39-47) for splitkv's kernels of every
+# build: noise that the card's two correct implementations show too is no evidence
+# against the one under test.
 _TIE_STEPS = 2
+# Top logits of each teacher-forced position whose spread between two plain
+# implementations _noise_steps measures.
+_NOISE_TOP_K = 16
+# The most _noise_steps may read before the rule stops telling results apart.
+_MAX_NOISE_STEPS = 4
 # Logprobs of the same token on a common prefix: about two bf16 steps of a logit of
 # magnitude 8-16 (one step: 0.0625), relative to the value (H200, 2026-12-01: 0.0624 apart,
 # relative 1.07 %).
@@ -344,11 +355,24 @@ def _forced_logits(model, implementation, prompt, tokens):
         return model(ids, use_cache=False).logits[0, len(prompt) - 1:].float()
 
 
-def _near_tie_check(got, want, forced, rid):
+def _noise_steps(forced, other):
+    """The largest difference, in bf16 steps of each position's best logit, between two
+    correct plain implementations' teacher-forced logits (`forced`, `other`: float32
+    [positions, vocab_size], the same tokens) over the _NOISE_TOP_K best logits of `forced`
+    at each position: how far this card's bf16 rounding alone moves the logits a greedy
+    choice is made between."""
+    top = forced.topk(_NOISE_TOP_K, dim=-1).indices
+    spread = (forced.gather(-1, top) - other.gather(-1, top)).abs().amax(dim=-1)
+    steps = torch.tensor([_bf16_step(z.max()) for z in forced], device=forced.device)
+    return (spread / steps).max().item()
+
+
+def _near_tie_check(got, want, forced, rid, allowance=_TIE_STEPS):
     """Compares one request's greedy run `got` with the reference run `want`: tokens equal
     up to the first difference, which must be a near tie of the reference's teacher-forced
-    logits `forced` (valid there: the two runs share the prefix), and logprobs within bf16
-    tolerance on the common prefix. Returns (first difference or None, steps of that tie)."""
+    logits `forced` (valid there: the two runs share the prefix): both chosen tokens within
+    `allowance` bf16 steps of the best logit; and logprobs within bf16 tolerance on the
+    common prefix. Returns (first difference or None, steps of that tie)."""
     t = next((i for i, (a, b) in enumerate(zip(got.generated_tokens, want.generated_tokens))
               if a != b), None)
     common = len(got.generated_tokens) if t is None else t
@@ -360,8 +384,9 @@ def _near_tie_check(got, want, forced, rid):
     for i, token in enumerate(want.generated_tokens):
         z = forced[i]
         behind = (z.max() - z[token]).item() / _bf16_step(z.max())
-        assert behind <= _TIE_STEPS, (f"{rid}: the reference's token {i} is {behind:.2f} bf16 "
-                                      f"steps below the best teacher-forced logit")
+        assert behind <= allowance, (f"{rid}: the reference's token {i} is {behind:.2f} bf16 "
+                                     f"steps below the best teacher-forced logit, expected <= "
+                                     f"{allowance:.2f}")
     if t is None:
         return None, 0.0
     z = forced[t]
@@ -369,18 +394,22 @@ def _near_tie_check(got, want, forced, rid):
     step = _bf16_step(top)
     steps = max((top - z[want.generated_tokens[t]]).item(), (top - z[got.generated_tokens[t]]).item())
     steps /= step
-    assert steps <= _TIE_STEPS, (
+    assert steps <= allowance, (
         f"{rid}: token {t} differs ({got.generated_tokens[t]} vs the reference's "
         f"{want.generated_tokens[t]}) and is no near tie: {steps:.2f} bf16 steps of {step} "
-        f"below the best logit {top.item():.4f}, expected <= {_TIE_STEPS}")
+        f"below the best logit {top.item():.4f}, expected <= {allowance:.2f}")
     return t, steps
 
 
-def _bf16_greedy_against_references(model, prompts, cb_config, reference, others, plain):
+def _bf16_greedy_against_references(model, prompts, cb_config, reference, others, plain,
+                                    noise_plain=None):
     """Runs generate_batch with `reference`, each of `others` and splitkv (32 greedy tokens,
     logprobs), checks splitkv against the reference with _near_tie_check and returns a
     summary per implementation: (requests that diverged, (request, step, tie steps) each)
-    (the `others` measure transformers' own floor; they are not asserted)."""
+    (the `others` measure transformers' own floor; they are not asserted). The tie
+    allowance is _TIE_STEPS, or with `noise_plain` (a second plain implementation) twice
+    _noise_steps between it and `plain` over every request, if more; that noise must stay
+    under _MAX_NOISE_STEPS (beyond it the rule could not tell a wrong result from noise)."""
     generation_config = _generation_config(32)
     runs = {}
     for implementation in (reference, *others, SPLITKV):
@@ -391,15 +420,28 @@ def _bf16_greedy_against_references(model, prompts, cb_config, reference, others
             assert output.error is None, output.error
             assert len(output.generated_tokens) == 32
         runs[implementation] = outputs
+    forced, noise = {}, 0.0
+    for i, prompt in enumerate(prompts):
+        rid = f"req_{i}"
+        tokens = runs[reference][rid].generated_tokens
+        forced[rid] = _forced_logits(model, plain, prompt, tokens)
+        if noise_plain is not None:
+            other = _forced_logits(model, noise_plain, prompt, tokens)
+            noise = max(noise, _noise_steps(forced[rid], other))
+    assert noise <= _MAX_NOISE_STEPS, (
+        f"{plain} and {noise_plain} disagree by {noise:.2f} bf16 steps on the top logits, "
+        f"expected <= {_MAX_NOISE_STEPS}")
+    allowance = max(_TIE_STEPS, 2 * noise)
+    print(f"tie allowance {allowance:.2f} bf16 steps ({plain} against {noise_plain}: "
+          f"{noise:.2f} steps)")
     summary = {}
     for implementation in (*others, SPLITKV):
         ties = []
         for i, prompt in enumerate(prompts):
             rid = f"req_{i}"
             want, got = runs[reference][rid], runs[implementation][rid]
-            forced = _forced_logits(model, plain, prompt, want.generated_tokens)
             try:
-                t, steps = _near_tie_check(got, want, forced, rid)
+                t, steps = _near_tie_check(got, want, forced[rid], rid, allowance)
             except AssertionError:
                 if implementation == SPLITKV:
                     raise
@@ -422,11 +464,12 @@ def test_llama3_8b_shape_bf16_matches_sdpa_on_gpu():
     H200, 2026-12-01: splitkv had all 32 tokens equal on 6 of 10 requests, transformers'
     own paged|eager on 4 of 10 (its divergence from sdpa: the floor), every first
     difference of both within 2 bf16 steps of a tie. What fails the test: a first
-    difference where either chosen token's logit is more than _TIE_STEPS bf16 steps below
-    the best one in the reference's teacher-forced logits (a plain sdpa forward of the
-    reference's own tokens: the prefix both runs shared there), or logprobs outside bf16
-    tolerance on the common prefix. paged|eager is measured with the same rule and
-    printed, not asserted.
+    difference where either chosen token's logit is further below the best one in the
+    reference's teacher-forced logits (a plain sdpa forward of the reference's own tokens:
+    the prefix both runs shared there) than the tie allowance: _TIE_STEPS bf16 steps, or
+    twice what plain eager and sdpa forwards of the same tokens differ by on this card's
+    top logits (_noise_steps), if more; or logprobs outside bf16 tolerance on the common
+    prefix. paged|eager is measured with the same rule and printed, not asserted.
     """
     config = models.llama3_8b_attention_config(num_layers=4)
     model = models.build(config, dtype=torch.bfloat16, device="cuda")
@@ -434,7 +477,7 @@ def test_llama3_8b_shape_bf16_matches_sdpa_on_gpu():
     cb_config = ContinuousBatchingConfig(block_size=256, num_blocks=64, max_batch_tokens=1024,
                                          return_logprobs=True)
     summary = _bf16_greedy_against_references(model, prompts, cb_config, "paged|sdpa",
-                                              ["paged|eager"], "sdpa")
+                                              ["paged|eager"], "sdpa", noise_plain="eager")
     assert set(summary) == {"paged|eager", SPLITKV}
     splitkv_hf.workspace_for("cuda").check_counter_region()
 
