@@ -10,7 +10,8 @@ request's keys over the ranks of a torch.distributed group (context parallelism)
 plans (split count, workspace layout) without running: :func:`plan_paged_attention`,
 :func:`plan_ragged_attention`. Workspace: :class:`Workspace`,
 :func:`required_workspace_bytes`, :func:`workspace_layout`, :func:`check_counter_region`,
-:func:`check_workspace` (a dirty counter found by a CUDA launch; see DESIGN.md),
+:func:`check_workspace` (a dirty counter found by a CUDA launch; the README's "The
+workspace contract"),
 :func:`reset_counter_region`.
 Inside torch.compile(fullgraph=True) or CUDA graphs: :mod:`splitkv.ops` (the same
 operations as torch.library custom ops ``torch.ops.splitkv.*``).

@@ -116,9 +116,11 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     @return_lse@
     @out@
     max_q_len : int, optional
-        Keyword-only upper bound on q_len over requests. Default None: 1, or computed on
-        the host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid
-        the sync, e.g. under CUDA graph capture).
+        Keyword-only upper bound on q_len over requests, an int >= 1 (ValueError below the
+        longest query on the CPU; on CUDA, which does not read cu_seqlens_q on the host,
+        the rows past the bound are not computed). Default None: 1, or computed on the
+        host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid the
+        sync, e.g. under CUDA graph capture).
     @batch_invariant@
     @sinks@
     k_scale, v_scale : float or torch.Tensor, optional
@@ -174,13 +176,21 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; an index tensor is not int32 (int64 is refused, not converted); the
         workspace is not uint8; ``sinks`` or a scale tensor is not float32; K/V of another
-        fp8 format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q.
+        fp8 format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q; a sparse
+        tensor; an option of the wrong type (``causal``, ``return_lse`` or
+        ``batch_invariant`` not a Python bool; ``sm_scale``, ``window_left``,
+        ``logits_soft_cap``, ``num_splits`` or ``max_q_len`` not a Python or numpy number,
+        e.g. a tensor).
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
         batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
         ``[num_kv_heads]``), a non-dense last dimension, a negated view (``is_neg()``), an
         ``out`` that requires grad or is an inference tensor outside inference mode, or an
-        unknown kv_layout; an fp8
+        unknown kv_layout; an option out of range (``num_splits`` < 1 or >= 2**31,
+        ``window_left`` < -1, ``logits_soft_cap`` negative or not finite, ``sm_scale`` not
+        finite or past float32's range, ``max_q_len`` < 1 or below the longest query on the
+        CPU), or a forced ``num_splits`` with more work tiles than the counter region
+        counts, or with ``batch_invariant``; an fp8
         cache without ``k_scale``/``v_scale``, a scale without one, a non-finite scale;
         ``kv_offsets`` without ``full_seq_lens`` or the reverse; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
@@ -335,12 +345,21 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         A tensor argument is not a tensor; q's dtype is unsupported or another tensor's
         differs; cu_seqlens are not int32 (int64 is refused, not converted); the workspace
         is not uint8; ``sinks`` or a scale tensor is not float32; K/V of another fp8
-        format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q.
+        format than ``float8_e4m3fn`` (e5m2), or fp8 K/V with float32 q; a sparse
+        tensor; an option of the wrong type (``causal``, ``return_lse`` or
+        ``batch_invariant`` not a Python bool; ``sm_scale``, ``window_left``,
+        ``logits_soft_cap``, ``num_splits`` or ``max_q_len`` not a Python or numpy number,
+        e.g. a tensor).
     ValueError
         Tensors on different devices, a wrong rank, shapes that disagree (head_dim,
         batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
         ``[num_kv_heads]``), a non-dense last dimension, a negated view (``is_neg()``), an
-        ``out`` that requires grad or is an inference tensor outside inference mode; an fp8
+        ``out`` that requires grad or is an inference tensor outside inference mode; an
+        option out of range (``num_splits`` < 1 or >= 2**31, ``window_left`` < -1,
+        ``logits_soft_cap`` negative or not finite, ``sm_scale`` not finite or past
+        float32's range, ``max_q_len`` < 0 or below the longest query on the CPU), or a
+        forced ``num_splits`` with more work tiles than the counter region counts, or with
+        ``batch_invariant``; an fp8
         k/v without ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and
         from the C++ core: num_qo_heads not
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at

@@ -208,8 +208,9 @@ class Workspace:
     TypeError
         nbytes is not an int; device is not a torch.device, str or int.
     ValueError
-        nbytes is below ``COUNTER_REGION_BYTES``; device does not parse, is neither a CPU
-        nor a CUDA device, or names a CUDA device this process does not have.
+        nbytes is below ``COUNTER_REGION_BYTES`` or above 2**63 - 256; device does not
+        parse, is neither a CPU nor a CUDA device, or names a CUDA device this process does
+        not have.
 
     Example
     -------
@@ -257,9 +258,13 @@ class Workspace:
         Raises
         ------
         ValueError
-            "workspace counter region corrupted: an earlier launch on this workspace found
-            counter I (bytes ...) holding V ...". The counter region has been zeroed (on the
-            current stream) before the error is raised, so later calls are right.
+            Named for :func:`check_workspace`, which it calls: on CUDA "check_workspace:
+            workspace counter region corrupted: an earlier launch on this workspace found
+            counter I (bytes ...) holding V ..."; on the CPU, where no launch records one,
+            for bytes someone else wrote into the status record: "check_workspace:
+            workspace counter region corrupted: expected the status record (bytes
+            8388352..8388608) to be 0 at rest, got ...". The counter region has been zeroed
+            (on the current stream) before the error is raised, so later calls are right.
         """
         check_workspace(self)
 
