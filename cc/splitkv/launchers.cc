@@ -596,14 +596,22 @@ SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params) {
 SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
   const ArgChecks check(kPagedOp);
   int64_t longest_q = 0;
-  if (params.backend == Backend::kCpu && params.total_q > 0) {
+  // The CPU reads index values on the host, and refuses bad ones whether or not the call has
+  // query rows (a call whose requests all have q_len 0 is checked as the same call with one).
+  if (params.backend == Backend::kCpu) {
     longest_q = CheckHostCuSeqlens(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q,
                                    "total_q");
   }
   const SplitPlan plan = PlanPaged(check, params);
   CheckPagedOutputs(check, params);
   SurfaceRecordedStatus(kPagedOp, params.workspace, params.backend, params.stream);
-  if (params.total_q == 0) return plan;
+  if (params.total_q == 0) {
+    // Without query rows a C++ caller may pass null index arrays (nothing is read then).
+    if (params.backend == Backend::kCpu && params.seq_lens != nullptr && params.block_tables != nullptr) {
+      CheckPagedIndices(check, params, longest_q);
+    }
+    return plan;
+  }
   if (params.backend == Backend::kCuda) {
     cuda::PagedAttention(params, plan);
   } else {
@@ -618,7 +626,8 @@ SplitPlan LaunchPagedAttention(const PagedAttentionParams& params) {
 SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
   const ArgChecks check(kRaggedOp);
   int64_t longest_q = 0;
-  if (params.backend == Backend::kCpu && params.total_q > 0) {
+  // As LaunchPagedAttention: index values are checked on the CPU with or without query rows.
+  if (params.backend == Backend::kCpu) {
     longest_q = CheckHostCuSeqlens(check, "cu_seqlens_q", params.cu_seqlens_q, params.batch_size, params.total_q,
                                    "total_q");
     CheckHostCuSeqlens(check, "cu_seqlens_kv", params.cu_seqlens_kv, params.batch_size, params.total_kv, "total_kv");
@@ -626,7 +635,10 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
   const SplitPlan plan = PlanRagged(check, params);
   CheckRaggedOutputs(check, params);
   SurfaceRecordedStatus(kRaggedOp, params.workspace, params.backend, params.stream);
-  if (params.total_q == 0) return plan;
+  if (params.total_q == 0) {
+    if (params.backend == Backend::kCpu) CheckRaggedIndices(check, params, longest_q);
+    return plan;
+  }
   if (params.backend == Backend::kCuda) {
     cuda::RaggedAttention(params, plan);
   } else {

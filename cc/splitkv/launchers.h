@@ -57,7 +57,8 @@ namespace splitkv {
 
 // Runs paged-KV attention (params.h: PagedAttentionParams) and writes out (and lse when
 // non-null). Returns the plan it used: num_splits, num_tiles and the byte ranges of the
-// workspace it used. total_q == 0 validates, plans and launches nothing.
+// workspace it used. total_q == 0 validates (on the CPU index values too, as with query rows),
+// plans and launches nothing.
 // Throws:
 //   InvalidArgument  a shape, stride, option, null pointer or (CPU) index value or per-head
 //                    k_scales/v_scales value (not finite) is wrong; on CUDA also a page_size

@@ -177,6 +177,9 @@ def plan(planner, params, q):
 
 def _paged_kv(op, kv_cache, kv_layout, q):
     """k and v as 4-D tensors of the layout, from a 5-D cache or a (k, v) pair."""
+    if not isinstance(kv_layout, str):  # a wrong Python type is a TypeError, as everywhere
+        _checks.fail(op, "kv_layout", "has the wrong type", "a str, 'HND' or 'NHD'",
+                     type(kv_layout).__name__, error=TypeError)
     if kv_layout not in KV_LAYOUTS:
         _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
     shape = _KV_SHAPES[kv_layout]
@@ -228,6 +231,11 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
     _index(op, "block_tables", block_tables, q, 2)
     _index(op, "seq_lens", seq_lens, q, 1)
     batch_size, max_pages_per_seq = block_tables.shape
+    if batch_size > 1 and 0 != block_tables.stride(0) < max_pages_per_seq:
+        # Named as the caller knows it (the C++ core refuses the same as block_tables_stride).
+        _checks.fail(op, "block_tables.stride(0)", "out of range",
+                     f"0 (one row for every request) or >= max_pages_per_seq = "
+                     f"{max_pages_per_seq} (rows that do not overlap)", block_tables.stride(0))
     _checks.dim(op, "seq_lens", seq_lens, 0, batch_size, "batch_size, block_tables.shape[0]")
     if cu_seqlens_q is not None:
         _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)

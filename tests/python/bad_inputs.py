@@ -747,6 +747,8 @@ DESCRIPTIONS = {
     "cu_seqlens_q_int64": "cu_seqlens_q int64",
     "cu_seqlens_kv_int64": "cu_seqlens_kv int64",
     "kv_layout": "an unknown kv_layout",
+    "kv_layout_type": "kv_layout not a str (None, bytes, a list)",
+    "block_tables_overlapping_rows": "block_tables rows that overlap (stride(0) below its width)",
     "kv_cache_rank": "kv_cache 4-D (and not a pair)",
     "kv_pair_shapes": "a (k, v) pair of different shapes",
     "kv_shapes": "k and v of different shapes",

@@ -124,6 +124,35 @@ def test_zero_length_requests(device, num_splits):
         harness.assert_counter_region_zero(workspace)
 
 
+def test_index_values_are_checked_without_query_rows():
+    # The CPU reads index values on the host: a call whose requests all have q_len 0 (it
+    # computes nothing) refuses the same bad values as the call with query rows.
+    workspace = harness.shared_workspace("cpu")
+    i32 = lambda *values: torch.tensor(values, dtype=torch.int32)  # noqa: E731
+    heads, head_dim = 2, 8
+    k, v = torch.randn(4, heads, head_dim), torch.randn(4, heads, head_dim)
+    for q_rows in (0, 1):
+        q = torch.randn(q_rows, heads, head_dim)
+        cu_q = i32(0, q_rows, q_rows)
+        with pytest.raises(ValueError, match=r"^ragged_attention: cu_seqlens_kv"):
+            splitkv.ragged_attention(q, k, v, cu_q, i32(3, -9, 4), workspace)
+        with pytest.raises(ValueError, match=r"^ragged_attention: cu_seqlens_q"):
+            splitkv.ragged_attention(q, k, v, i32(0, 7, q_rows), i32(0, 2, 4), workspace)
+        harness.assert_counter_region_zero(workspace)
+        kv_cache = torch.randn(2, 2, heads, 4, head_dim)
+        with pytest.raises(ValueError, match=r"^paged_attention: seq_lens\[0\] out of range"):
+            splitkv.paged_attention(q, kv_cache, i32(0, 1).repeat(2, 1), i32(-7, 3), workspace,
+                                    cu_seqlens_q=cu_q)
+        with pytest.raises(ValueError, match=r"^paged_attention: block_tables\[1\]\[0\] \(a page id\)"):
+            splitkv.paged_attention(q, kv_cache, i32(0, 1, 99, -1).view(2, 2), i32(3, 4), workspace,
+                                    cu_seqlens_q=cu_q)
+        harness.assert_counter_region_zero(workspace)
+    # Valid index values without query rows: accepted, nothing written.
+    out, lse = splitkv.ragged_attention(torch.randn(0, heads, head_dim), k, v, i32(0, 0, 0),
+                                        i32(0, 2, 4), workspace, return_lse=True)
+    assert out.shape == (0, heads, head_dim) and lse.shape == (0, heads)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
 def test_nonfinite_unused_kv_bytes_are_never_read(device, value):

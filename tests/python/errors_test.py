@@ -170,6 +170,14 @@ PAGED_CASES = [
     ("kv_layout", ValueError,
      r"paged_attention: kv_layout unknown: expected 'HND' or 'NHD', got 'HDN'",
      lambda p, ws, d: _paged_call(p, ws, kv_layout="HDN"), False),
+    ("block_tables_overlapping_rows", ValueError,
+     r"paged_attention: block_tables.stride\(0\) out of range: expected 0 \(one row for every "
+     r"request\) or >= max_pages_per_seq = \d+ \(rows that do not overlap\), got 1",
+     lambda p, ws, d: _paged_call(p, ws, block_tables=p.block_tables.flatten().as_strided(
+         p.block_tables.shape, (1, 1))), False),
+    ("kv_layout_type", TypeError,
+     r"paged_attention: kv_layout has the wrong type: expected a str, 'HND' or 'NHD', got NoneType",
+     lambda p, ws, d: _paged_call(p, ws, kv_layout=None), False),
     ("kv_cache_rank", ValueError,
      r"paged_attention: kv_cache has the wrong number of dimensions: expected a 5-D tensor "
      r"\[num_pages, 2, num_kv_heads, page_size, head_dim\] \(HND\), got shape",
