@@ -331,11 +331,12 @@ def test_import_splitkv_does_not_import_transformers():
 # against the one under test.
 _TIE_STEPS = 2
 # Top logits of each teacher-forced position whose spread between two plain
-# implementations _noise_steps measures: those a greedy choice is made between.
-_NOISE_TOP_K = 4
+# implementations _noise_steps measures: the candidates of a greedy choice, 16 of them so
+# the sample (positions x 16) shows the noise's reach, not one draw of it.
+_NOISE_TOP_K = 16
 # The most _noise_steps may read before the rule stops telling results apart. H100,
 # 2026-12-06, Llama-3-8B shape: plain eager against sdpa 5.00 steps over the top 16 logits
-# of 320 positions.
+# of 320 positions (docs/perf_log.md session 48).
 _MAX_NOISE_STEPS = 8
 # Logprobs of the same token on a common prefix: about two bf16 steps of a logit of
 # magnitude 8-16 (one step: 0.0625), relative to the value (H200, 2026-12-01: 0.0624 apart,
