@@ -311,6 +311,38 @@ TEST(RaggedBadArgumentsAreRefused) {
   CheckRefused<RaggedProblem, RaggedAttentionParams>(base, "ragged_attention", calls, &splitkv::LaunchRaggedAttention);
 }
 
+// A call without query rows (every request's q_len 0) computes nothing, yet the CPU refuses
+// the index values the same call with query rows would (launchers.h); only null index arrays,
+// which a C++ caller may pass when no query row needs them, go unread.
+TEST(IndexValuesAreCheckedWithoutQueryRows) {
+  ProblemSpec spec = BaseSpec();
+  spec.q_lens = {0, 0};
+  using R = BadCall<RaggedProblem, RaggedAttentionParams>;
+  CheckRefused<RaggedProblem, RaggedAttentionParams>(
+      splitkv_test::MakeRaggedProblem(spec), "ragged_attention",
+      {R{"cu_seqlens_kv decreasing", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_kv[1] = 140; },
+         {"cu_seqlens_kv decreases at index 2", "got 137"}},
+       R{"cu_seqlens_q[0]", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.cu_q[0] = 2; },
+         {"cu_seqlens_q[0]", "got 2"}}},
+      &splitkv::LaunchRaggedAttention);
+  using P = BadCall<PagedProblem, PagedAttentionParams>;
+  const PagedProblem paged = splitkv_test::MakePagedProblem(spec);
+  CheckRefused<PagedProblem, PagedAttentionParams>(
+      paged, "paged_attention",
+      {P{"seq_lens negative", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.seq_lens[1] = -1; },
+         {"seq_lens[1]", "out of range", "got -1"}},
+       P{"page id negative", Kind::kInvalidArgument, [](auto& pr, auto&) { pr.block_tables[0] = -1; },
+         {"block_tables[0][0]", "got -1"}}},
+      &splitkv::LaunchPagedAttention);
+  TestWorkspace& ws = SharedWorkspace();
+  PagedProblem unread = paged;
+  PagedAttentionParams params = unread.Params(ws.data(), ws.bytes(), 2);
+  params.seq_lens = nullptr;
+  params.block_tables = nullptr;
+  EXPECT_EQ(int64_t{2}, splitkv::LaunchPagedAttention(params).num_splits);
+  EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
+}
+
 // A nonzero counter that a split launch would use: refused before any task runs, and the
 // counter region zeroed (healed), so the same call then runs.
 TEST(CorruptedCounterIsDetectedAndHealed) {
