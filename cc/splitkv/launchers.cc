@@ -24,8 +24,14 @@ constexpr const char* kRaggedOp = "ragged_attention";
 constexpr int64_t kMaxCpuHeadDim = 1024;
 // A q_len is an int32 difference of cu_seqlens; a larger bound only overflows tile counts.
 constexpr int64_t kMaxQLen = INT32_MAX;
+// A request's keys: an int32 seq_lens entry or difference of cu_seqlens_kv. Bounds above it
+// (a caller's max_kv_len, or the default from block_tables' width) are capped here, so the
+// planner's key counts stay far from int64's range.
+constexpr int64_t kMaxKvLen = INT32_MAX;
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for a >= 0, b >= 1, without forming a + b - 1: a page_size near INT64_MAX
+// wrapped that sum, made a request's page count negative and skipped its page-id checks.
+int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a - 1) / b + 1; }
 
 // The shortest text that reads back as `value` ("-1", "1e-10", "nan"): std::to_string prints
 // six fixed decimals, so -1e-10 read "-0.000000" in a refusal.
@@ -139,12 +145,19 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
 
 int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
 
+// q's span in bytes (CheckSpan). Params: paged or ragged.
+template <class Params>
+int64_t QuerySpan(const ArgChecks& check, const Params& p) {
+  return CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim,
+                   DTypeBytes(p.dtype));
+}
+
 // q's and out's spans (CheckSpan), then out's rows disjoint; strides already >= 0. Params:
 // paged or ragged.
 template <class Params>
 void CheckQueryAndOut(const ArgChecks& check, const Params& p) {
   const int64_t bytes = DTypeBytes(p.dtype);
-  CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim, bytes);
+  QuerySpan(check, p);
   CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
 }
@@ -391,7 +404,7 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
                std::to_string(p.block_tables_stride));
   }
   check.InRange("max_q_len", p.max_q_len, 1, kMaxQLen + 1);
-  check.AtLeast("max_kv_len", p.max_kv_len, 0);
+  check.InRange("max_kv_len", p.max_kv_len, 0, kMaxKvLen + 1);
   if (p.cu_seqlens_q == nullptr) check.Equal("total_q", p.total_q, p.batch_size, "batch_size (one token per request)");
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
@@ -469,7 +482,8 @@ void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p, in
 // op's index arrays (`indices`), then sinks, the per-head scales, the workspace and out. After
 // the shape checks, whose span checks these spans passed. Params: paged or ragged.
 template <class Params>
-void CheckOutputsDisjoint(const ArgChecks& check, const Params& p, std::initializer_list<ByteRange> indices) {
+void CheckOutputsDisjoint(const ArgChecks& check, const Params& p, std::initializer_list<ByteRange> indices,
+                          std::initializer_list<ByteRange> operands) {
   const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
                                       p.head_dim, DTypeBytes(p.dtype));
   const auto floats = [](const void* x, int64_t count) { return x == nullptr ? 0 : count * 4; };
@@ -483,6 +497,13 @@ void CheckOutputsDisjoint(const ArgChecks& check, const Params& p, std::initiali
     CheckDisjointFrom(check, output, indices);
     CheckDisjointFrom(check, output, shared);
   }
+  // The workspace is written too (counters, the in-use word, split partials) while the
+  // kernels read every input: a C++ caller's index array inside it was overwritten between
+  // its check and its use (the Python layer refuses these before the launch).
+  const ByteRange workspace{"workspace", p.workspace.data, p.workspace.bytes};
+  CheckDisjointFrom(check, workspace, indices);
+  CheckDisjointFrom(check, workspace, shared);
+  CheckDisjointFrom(check, workspace, operands);
 }
 
 void CheckPagedOutputs(const ArgChecks& check, const PagedAttentionParams& p) {
@@ -495,18 +516,32 @@ void CheckPagedOutputs(const ArgChecks& check, const PagedAttentionParams& p) {
        {"seq_lens", p.seq_lens, per_request},
        {"cu_seqlens_q", p.cu_seqlens_q, given(p.cu_seqlens_q, per_request + 4)},
        {"kv_offsets", p.kv_offsets, given(p.kv_offsets, per_request)},
-       {"full_seq_lens", p.full_seq_lens, given(p.full_seq_lens, per_request)}});
+       {"full_seq_lens", p.full_seq_lens, given(p.full_seq_lens, per_request)}},
+      {{"q", p.q, QuerySpan(check, p)},
+       {"k_cache", p.k_cache,
+        CheckSpan(check, "k_cache",
+                  {{p.num_pages, p.k_stride_page}, {p.num_kv_heads, p.k_stride_head}, {p.page_size, p.k_stride_slot}},
+                  p.head_dim, KvBytes(p.dtype, p.kv_storage))},
+       {"v_cache", p.v_cache,
+        CheckSpan(check, "v_cache",
+                  {{p.num_pages, p.v_stride_page}, {p.num_kv_heads, p.v_stride_head}, {p.page_size, p.v_stride_slot}},
+                  p.head_dim, KvBytes(p.dtype, p.kv_storage))}});
 }
 
 void CheckRaggedOutputs(const ArgChecks& check, const RaggedAttentionParams& p) {
   const int64_t cu_bytes = p.batch_size >= 0 ? (p.batch_size + 1) * 4 : 0;
-  CheckOutputsDisjoint(check, p, {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes}, {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes}});
+  const int64_t kv_bytes = KvBytes(p.dtype, p.kv_storage);
+  CheckOutputsDisjoint(
+      check, p, {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes}, {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes}},
+      {{"q", p.q, QuerySpan(check, p)},
+       {"k", p.k, CheckSpan(check, "k", {{p.total_kv, p.k_stride_token}, {p.num_kv_heads, p.k_stride_head}}, p.head_dim, kv_bytes)},
+       {"v", p.v, CheckSpan(check, "v", {{p.total_kv, p.v_stride_token}, {p.num_kv_heads, p.v_stride_head}}, p.head_dim, kv_bytes)}});
 }
 
 SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckPagedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
-  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.max_pages_per_seq * p.page_size;
+  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : std::min(p.max_pages_per_seq * p.page_size, kMaxKvLen);
   BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, p.max_q_len, p.stream,
                                    p.options.batch_invariant, p.kv_storage.fp8_e4m3);
   if (p.backend == Backend::kCuda && p.options.batch_invariant) {
@@ -525,7 +560,7 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   check.AtLeast("total_q", p.total_q, 0);
   check.AtLeast("total_kv", p.total_kv, 0);
   check.InRange("max_q_len", p.max_q_len, 0, kMaxQLen + 1);
-  check.AtLeast("max_kv_len", p.max_kv_len, 0);
+  check.InRange("max_kv_len", p.max_kv_len, 0, kMaxKvLen + 1);
   CheckStrides(check, "q", p.q_stride_token, p.q_stride_head);
   CheckStrides(check, "k", p.k_stride_token, p.k_stride_head);
   CheckStrides(check, "v", p.v_stride_token, p.v_stride_head);
@@ -562,7 +597,7 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckRaggedShapes(check, p);
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.total_q;
-  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : p.total_kv;
+  const int64_t max_kv = p.max_kv_len > 0 ? p.max_kv_len : std::min(p.total_kv, kMaxKvLen);
   BackendTraits traits = TraitsFor(p.backend, group, p.head_dim, max_q, p.stream, p.options.batch_invariant,
                                    p.kv_storage.fp8_e4m3);
   if (p.backend == Backend::kCuda && p.options.batch_invariant) {

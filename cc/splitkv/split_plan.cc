@@ -25,7 +25,9 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
                            int64_t resident_workers) {
   if (num_tiles <= 0 || num_workers <= 0) return 1;
   // Enough tiles to keep (almost) every worker busy: splitting only adds merge work.
-  if (num_tiles * 10 >= num_workers * 8) return 1;
+  // (num_tiles * 10 >= num_workers * 8, without the product: plan-only calls may count more
+  // tiles than int64 holds ten of.)
+  if (num_tiles >= (num_workers * 8 + 9) / 10) return 1;
   int64_t by_keys = std::max<int64_t>(1, max_kv_len / std::max<int64_t>(1, min_keys_per_split));
   // Short splits only for tiles the floor already cuts into 4 or more: below that (256-511
   // keys at a 128-key floor) the measured choice was 1 split against 2, and one-block grids
@@ -58,7 +60,7 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   // The wave model's time of s splits: waves x key blocks in the longest split, plus the
   // merge's price when there is a merge.
   const int64_t block_keys = std::max<int64_t>(1, split_block_keys);
-  const int64_t blocks = std::max<int64_t>(1, (max_kv_len + block_keys - 1) / block_keys);
+  const int64_t blocks = max_kv_len <= 0 ? 1 : (max_kv_len - 1) / block_keys + 1;
   const int64_t merge = std::max<int64_t>(0, split_merge_blocks);
   auto cost = [&](int64_t s) {
     return (num_tiles * s + wave - 1) / wave * ((blocks + s - 1) / s) + (s > 1 ? merge : 0);

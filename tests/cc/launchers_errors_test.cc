@@ -343,6 +343,44 @@ TEST(IndexValuesAreCheckedWithoutQueryRows) {
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
 }
 
+// Inputs a C++ caller placed inside the workspace, which the launch writes (counters, the
+// in-use word, partials) while its kernels read them: refused before anything is read or
+// written (an index array in the in-use word was overwritten after its check and crashed).
+// And a page_size near INT64_MAX, whose page count once wrapped and skipped the page-id check.
+TEST(InputsInTheWorkspaceAndHugePagesAreRefused) {
+  const auto inside = [](auto& p, int64_t offset) {
+    return static_cast<unsigned char*>(p.workspace.data) + splitkv::kCounterRegionBytes + offset;
+  };
+  using P = BadCall<PagedProblem, PagedAttentionParams>;
+  const PagedProblem paged = splitkv_test::MakePagedProblem(BaseSpec());
+  CheckRefused<PagedProblem, PagedAttentionParams>(
+      paged, "paged_attention",
+      {P{"block_tables in the workspace", Kind::kInvalidArgument,
+         [inside](auto&, auto& p) { p.block_tables = reinterpret_cast<const int32_t*>(inside(p, -4)); },
+         {"workspace overlaps block_tables"}},
+       P{"q in the workspace", Kind::kInvalidArgument, [inside](auto&, auto& p) { p.q = inside(p, 4096); },
+         {"workspace overlaps q"}},
+       P{"v_cache in the workspace", Kind::kInvalidArgument, [inside](auto&, auto& p) { p.v_cache = inside(p, 0); },
+         {"workspace overlaps v_cache"}},
+       P{"page_size near INT64_MAX", Kind::kInvalidArgument,
+         [](auto& pr, auto& p) {
+           p.page_size = INT64_MAX;
+           p.k_stride_slot = p.v_stride_slot = 0;
+           p.max_pages_per_seq = 1;
+           pr.block_tables[0] = static_cast<int32_t>(pr.num_pages);
+         },
+         {"block_tables[0][0]", "page id", "got " + std::to_string(paged.num_pages)}},
+       P{"max_kv_len past int32", Kind::kInvalidArgument,
+         [](auto&, auto& p) { p.max_kv_len = int64_t{1} << 40; }, {"max_kv_len", "out of range", "2147483648)"}}},
+      &splitkv::LaunchPagedAttention);
+  using R = BadCall<RaggedProblem, RaggedAttentionParams>;
+  CheckRefused<RaggedProblem, RaggedAttentionParams>(
+      splitkv_test::MakeRaggedProblem(BaseSpec()), "ragged_attention",
+      {R{"k in the workspace", Kind::kInvalidArgument, [inside](auto&, auto& p) { p.k = inside(p, 256); },
+         {"workspace overlaps k"}}},
+      &splitkv::LaunchRaggedAttention);
+}
+
 // A nonzero counter that a split launch would use: refused before any task runs, and the
 // counter region zeroed (healed), so the same call then runs.
 TEST(CorruptedCounterIsDetectedAndHealed) {
