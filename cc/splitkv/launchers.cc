@@ -29,10 +29,6 @@ constexpr int64_t kMaxQLen = INT32_MAX;
 // planner's key counts stay far from int64's range.
 constexpr int64_t kMaxKvLen = INT32_MAX;
 
-// ceil(a / b) for a >= 0, b >= 1, without forming a + b - 1: a page_size near INT64_MAX
-// wrapped that sum, made a request's page count negative and skipped its page-id checks.
-int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a - 1) / b + 1; }
-
 // The shortest text that reads back as `value` ("-1", "1e-10", "nan"): std::to_string prints
 // six fixed decimals, so -1e-10 read "-0.000000" in a refusal.
 std::string FloatText(float value) {
@@ -145,20 +141,41 @@ void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t
 
 int64_t KvBytes(DType dtype, const KvStorage& kv) { return kv.fp8_e4m3 ? 1 : DTypeBytes(dtype); }
 
-// q's span in bytes (CheckSpan). Params: paged or ragged.
+// Each tensor's span in bytes (CheckSpan, which refuses one past int64), the one place its
+// extent is written: the shape checks validate it, the overlap checks compare it. Params:
+// paged or ragged.
 template <class Params>
 int64_t QuerySpan(const ArgChecks& check, const Params& p) {
   return CheckSpan(check, "q", {{p.total_q, p.q_stride_token}, {p.num_qo_heads, p.q_stride_head}}, p.head_dim,
                    DTypeBytes(p.dtype));
 }
+template <class Params>
+int64_t OutSpan(const ArgChecks& check, const Params& p) {
+  return CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim,
+                   DTypeBytes(p.dtype));
+}
+// A paged cache's K or V: [num_pages][num_kv_heads][page_size] rows of head_dim.
+int64_t CacheSpan(const ArgChecks& check, const char* name, const PagedAttentionParams& p, int64_t stride_page,
+                  int64_t stride_head, int64_t stride_slot) {
+  return CheckSpan(check, name, {{p.num_pages, stride_page}, {p.num_kv_heads, stride_head}, {p.page_size, stride_slot}},
+                   p.head_dim, KvBytes(p.dtype, p.kv_storage));
+}
+// Ragged K or V: [total_kv][num_kv_heads] rows of head_dim.
+int64_t RaggedKvSpan(const ArgChecks& check, const char* name, const RaggedAttentionParams& p, int64_t stride_token,
+                     int64_t stride_head) {
+  return CheckSpan(check, name, {{p.total_kv, stride_token}, {p.num_kv_heads, stride_head}}, p.head_dim,
+                   KvBytes(p.dtype, p.kv_storage));
+}
+int64_t BlockTablesSpan(const ArgChecks& check, const PagedAttentionParams& p) {
+  return CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4);
+}
 
-// q's and out's spans (CheckSpan), then out's rows disjoint; strides already >= 0. Params:
-// paged or ragged.
+// q's and out's spans, then out's rows disjoint; strides already >= 0. Params: paged or
+// ragged.
 template <class Params>
 void CheckQueryAndOut(const ArgChecks& check, const Params& p) {
-  const int64_t bytes = DTypeBytes(p.dtype);
   QuerySpan(check, p);
-  CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}}, p.head_dim, bytes);
+  OutSpan(check, p);
   CheckDisjointRows(check, "out", p.total_q, p.out_stride_token, p.num_qo_heads, p.out_stride_head, p.head_dim);
 }
 
@@ -413,13 +430,9 @@ void CheckPagedShapes(const ArgChecks& check, const PagedAttentionParams& p) {
   CheckStrides(check, "k_cache", p.k_stride_page, p.k_stride_head);
   CheckStrides(check, "v_cache", p.v_stride_page, p.v_stride_head);
   CheckStrides(check, "k_cache/v_cache slot", p.k_stride_slot, p.v_stride_slot);
-  CheckSpan(check, "k_cache",
-            {{p.num_pages, p.k_stride_page}, {p.num_kv_heads, p.k_stride_head}, {p.page_size, p.k_stride_slot}},
-            p.head_dim, kv_bytes);
-  CheckSpan(check, "v_cache",
-            {{p.num_pages, p.v_stride_page}, {p.num_kv_heads, p.v_stride_head}, {p.page_size, p.v_stride_slot}},
-            p.head_dim, kv_bytes);
-  CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4);
+  CacheSpan(check, "k_cache", p, p.k_stride_page, p.k_stride_head, p.k_stride_slot);
+  CacheSpan(check, "v_cache", p, p.v_stride_page, p.v_stride_head, p.v_stride_slot);
+  BlockTablesSpan(check, p);
   if (p.total_q > 0) {
     check.NotNull("q", p.q);
     check.NotNull("out", p.out);
@@ -484,8 +497,7 @@ void CheckPagedIndices(const ArgChecks& check, const PagedAttentionParams& p, in
 template <class Params>
 void CheckOutputsDisjoint(const ArgChecks& check, const Params& p, std::initializer_list<ByteRange> indices,
                           std::initializer_list<ByteRange> operands) {
-  const int64_t out_bytes = CheckSpan(check, "out", {{p.total_q, p.out_stride_token}, {p.num_qo_heads, p.out_stride_head}},
-                                      p.head_dim, DTypeBytes(p.dtype));
+  const int64_t out_bytes = OutSpan(check, p);
   const auto floats = [](const void* x, int64_t count) { return x == nullptr ? 0 : count * 4; };
   const ByteRange shared[] = {{"sinks", p.options.sinks, floats(p.options.sinks, p.num_qo_heads)},
                               {"k_scale", p.kv_storage.k_scales, floats(p.kv_storage.k_scales, p.num_kv_heads)},
@@ -511,31 +523,23 @@ void CheckPagedOutputs(const ArgChecks& check, const PagedAttentionParams& p) {
   const auto given = [](const void* x, int64_t bytes) { return x == nullptr ? 0 : bytes; };
   CheckOutputsDisjoint(
       check, p,
-      {{"block_tables", p.block_tables,
-        CheckSpan(check, "block_tables", {{p.batch_size, p.block_tables_stride}}, p.max_pages_per_seq, 4)},
+      {{"block_tables", p.block_tables, BlockTablesSpan(check, p)},
        {"seq_lens", p.seq_lens, per_request},
        {"cu_seqlens_q", p.cu_seqlens_q, given(p.cu_seqlens_q, per_request + 4)},
        {"kv_offsets", p.kv_offsets, given(p.kv_offsets, per_request)},
        {"full_seq_lens", p.full_seq_lens, given(p.full_seq_lens, per_request)}},
       {{"q", p.q, QuerySpan(check, p)},
-       {"k_cache", p.k_cache,
-        CheckSpan(check, "k_cache",
-                  {{p.num_pages, p.k_stride_page}, {p.num_kv_heads, p.k_stride_head}, {p.page_size, p.k_stride_slot}},
-                  p.head_dim, KvBytes(p.dtype, p.kv_storage))},
-       {"v_cache", p.v_cache,
-        CheckSpan(check, "v_cache",
-                  {{p.num_pages, p.v_stride_page}, {p.num_kv_heads, p.v_stride_head}, {p.page_size, p.v_stride_slot}},
-                  p.head_dim, KvBytes(p.dtype, p.kv_storage))}});
+       {"k_cache", p.k_cache, CacheSpan(check, "k_cache", p, p.k_stride_page, p.k_stride_head, p.k_stride_slot)},
+       {"v_cache", p.v_cache, CacheSpan(check, "v_cache", p, p.v_stride_page, p.v_stride_head, p.v_stride_slot)}});
 }
 
 void CheckRaggedOutputs(const ArgChecks& check, const RaggedAttentionParams& p) {
   const int64_t cu_bytes = p.batch_size >= 0 ? (p.batch_size + 1) * 4 : 0;
-  const int64_t kv_bytes = KvBytes(p.dtype, p.kv_storage);
-  CheckOutputsDisjoint(
-      check, p, {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes}, {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes}},
-      {{"q", p.q, QuerySpan(check, p)},
-       {"k", p.k, CheckSpan(check, "k", {{p.total_kv, p.k_stride_token}, {p.num_kv_heads, p.k_stride_head}}, p.head_dim, kv_bytes)},
-       {"v", p.v, CheckSpan(check, "v", {{p.total_kv, p.v_stride_token}, {p.num_kv_heads, p.v_stride_head}}, p.head_dim, kv_bytes)}});
+  CheckOutputsDisjoint(check, p,
+                       {{"cu_seqlens_q", p.cu_seqlens_q, cu_bytes}, {"cu_seqlens_kv", p.cu_seqlens_kv, cu_bytes}},
+                       {{"q", p.q, QuerySpan(check, p)},
+                        {"k", p.k, RaggedKvSpan(check, "k", p, p.k_stride_token, p.k_stride_head)},
+                        {"v", p.v, RaggedKvSpan(check, "v", p, p.v_stride_token, p.v_stride_head)}});
 }
 
 SplitPlan PlanPaged(const ArgChecks& check, const PagedAttentionParams& p) {
@@ -567,8 +571,8 @@ void CheckRaggedShapes(const ArgChecks& check, const RaggedAttentionParams& p) {
   CheckStrides(check, "out", p.out_stride_token, p.out_stride_head);
   CheckQueryAndOut(check, p);
   const int64_t kv_bytes = KvBytes(p.dtype, p.kv_storage);
-  CheckSpan(check, "k", {{p.total_kv, p.k_stride_token}, {p.num_kv_heads, p.k_stride_head}}, p.head_dim, kv_bytes);
-  CheckSpan(check, "v", {{p.total_kv, p.v_stride_token}, {p.num_kv_heads, p.v_stride_head}}, p.head_dim, kv_bytes);
+  RaggedKvSpan(check, "k", p, p.k_stride_token, p.k_stride_head);
+  RaggedKvSpan(check, "v", p, p.v_stride_token, p.v_stride_head);
   check.NotNull("cu_seqlens_q", p.cu_seqlens_q);
   check.NotNull("cu_seqlens_kv", p.cu_seqlens_kv);
   if (p.total_q > 0) {
