@@ -60,7 +60,7 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
   // The wave model's time of s splits: waves x key blocks in the longest split, plus the
   // merge's price when there is a merge.
   const int64_t block_keys = std::max<int64_t>(1, split_block_keys);
-  const int64_t blocks = max_kv_len <= 0 ? 1 : (max_kv_len - 1) / block_keys + 1;
+  const int64_t blocks = std::max<int64_t>(1, CeilDiv(max_kv_len, block_keys));
   const int64_t merge = std::max<int64_t>(0, split_merge_blocks);
   auto cost = [&](int64_t s) {
     return (num_tiles * s + wave - 1) / wave * ((blocks + s - 1) / s) + (s > 1 ? merge : 0);

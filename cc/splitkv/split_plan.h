@@ -187,6 +187,12 @@ int64_t NumSplitsHeuristic(int64_t num_tiles, int64_t num_workers, int64_t max_k
 // count does not fit (bytes or counters); the message gives the bytes needed and given.
 SplitPlan PlanSplits(const SplitPlanRequest& request);
 
+// ceil(a / b) for b >= 1, 0 for a <= 0, without forming a + b - 1 (near INT64_MAX that sum
+// wrapped: a page_size there made a request's page count negative and skipped its page-id
+// checks). The host's tile, page and block counts: the launchers, the CUDA backend's plan
+// check and the planner.
+inline int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a - 1) / b + 1; }
+
 // Keys [begin, end) of split `split_idx` when the tile's visible keys [lo, hi) are cut
 // into `num_splits` runs of whole granules of `granularity` keys (a page or a key tile; the
 // last granule may be short). The granules are dealt out evenly: the first G % num_splits

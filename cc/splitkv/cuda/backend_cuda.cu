@@ -17,6 +17,7 @@
 #include "cc/splitkv/cuda/tensor_map.h"
 #include "cc/splitkv/cuda/tile_config.h"
 #include "cc/splitkv/errors.h"
+#include "cc/splitkv/split_plan.h"
 #include "cc/splitkv/workspace_layout.h"
 
 namespace splitkv::cuda {
@@ -30,8 +31,6 @@ namespace {
 constexpr const char* kPagedOp = "paged_attention";
 constexpr const char* kRaggedOp = "ragged_attention";
 constexpr int64_t kInt32Max = 2147483647;
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Per device: SM count, whether it runs the sm_90a kernels, and resident CTAs of each
 // (tile kind, fp8 cache or not, head_dim, keys-as-rows tile or not), read once.
