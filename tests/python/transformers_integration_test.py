@@ -344,9 +344,14 @@ _MAX_NOISE_STEPS = 8
 _LOGPROB_ATOL, _LOGPROB_RTOL = 0.05, 0.02
 
 
+def _bf16_steps(x):
+    """The spacing of bfloat16 numbers at |x| (8 significand bits), elementwise."""
+    return 2.0 ** (torch.floor(torch.log2(x.abs())) - 7)
+
+
 def _bf16_step(x):
-    """The spacing of bfloat16 numbers at |x| (8 significand bits)."""
-    return 2.0 ** (torch.floor(torch.log2(x.abs())) - 7).item()
+    """_bf16_steps of one number, as a float."""
+    return _bf16_steps(x).item()
 
 
 def _forced_logits(model, implementation, prompt, tokens):
@@ -366,8 +371,7 @@ def _noise_steps(forced, other):
     choice is made between."""
     top = forced.topk(_NOISE_TOP_K, dim=-1).indices
     spread = (forced.gather(-1, top) - other.gather(-1, top)).abs().amax(dim=-1)
-    steps = torch.tensor([_bf16_step(z.max()) for z in forced], device=forced.device)
-    return (spread / steps).max().item()
+    return (spread / _bf16_steps(forced.amax(dim=-1))).max().item()
 
 
 def _near_tie_check(got, want, forced, rid, allowance=_TIE_STEPS):
