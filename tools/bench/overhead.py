@@ -18,11 +18,8 @@ Rows: splitkv ``paged_attention`` / ``ragged_attention`` through the per-call pa
 layout cache hit, the usual case) and through the full path (``full path``: the cache
 emptied before each call, as every call ran before issue 15); the C++ launcher alone
 (``LaunchPagedAttention`` on a filled params struct: plan + validate + launch, plus the
-pybind11 call); on CUDA ``ragged, 16 address sets``: the ragged row over 16 copies of its
-tensors in turn, so the tensor maps kept per thread (the last 8 argument sets) never match
-and every call encodes its three again; torch SDPA on the same tiny contiguous tensors; on
-CUDA FlashInfer's ``BatchDecodeWithPagedKVCacheWrapper.run()`` when ``import flashinfer``
-works. With
+pybind11 call); torch SDPA on the same tiny contiguous tensors; on CUDA FlashInfer's
+``BatchDecodeWithPagedKVCacheWrapper.run()`` when ``import flashinfer`` works. With
 ``--issue_rows`` also the issue's table: decode 1 x 32768, 16 x 4096, 8 x 8192 (head_dim
 128) and 64 x 4096 (head_dim 64), bf16, 32 qo / 8 kv heads, page 16, eager and graph.
 
@@ -31,7 +28,6 @@ to --out_dir.
 """
 
 import contextlib
-import itertools
 import json
 import os
 import statistics
@@ -274,16 +270,6 @@ def _rows_tiny(device, iters, cuda):
     ragged = lambda: splitkv.ragged_attention(q, k, v, cu, cu, workspace, out=out,  # noqa: E731
                                               max_q_len=16)
     add("splitkv ragged_attention(out=)", ragged)
-    if cuda:  # every call on other addresses: the sm_90 tensor maps (kept per thread for the
-        # last 8 distinct argument sets, cuda/tensor_map.h) are encoded again each call
-        sets = [tuple(torch.empty_like(x).copy_(x) for x in (q, k, v, out)) for _ in range(16)]
-        turn = itertools.cycle(sets)
-
-        def ragged_new_addresses():
-            q_i, k_i, v_i, out_i = next(turn)
-            return splitkv.ragged_attention(q_i, k_i, v_i, cu, cu, workspace, out=out_i, max_q_len=16)
-
-        add("splitkv ragged, 16 address sets", ragged_new_addresses, gpu=False)
     if _calls is not None:
         add("splitkv ragged, full path", ragged, before=_calls._layouts.clear, gpu=False)
     q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))

@@ -7,8 +7,6 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "cc/splitkv/recent_values.h"
-
 namespace splitkv::cuda {
 namespace {
 
@@ -46,62 +44,10 @@ bool TensorMapsDisabled() {
   return v != nullptr && v[0] != '\0' && !(v[0] == '0' && v[1] == '\0');
 }
 
-namespace {
-
-// Everything EncodeTensorMap's result depends on (the encoding is a pure function of it).
-// Unused dimensions stay zero, so keys of one rank compare on their used entries only.
-struct EncodeKey {
-  DType dtype = DType::kFloat16;
-  const void* base = nullptr;
-  int rank = 0;
-  int64_t dims[5] = {};
-  int64_t strides[4] = {};
-  uint32_t box[5] = {};
-  CUtensorMapL2promotion l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
-
-  bool operator==(const EncodeKey& o) const {
-    return dtype == o.dtype && base == o.base && rank == o.rank && std::equal(dims, dims + 5, o.dims) &&
-           std::equal(strides, strides + 4, o.strides) && std::equal(box, box + 5, o.box) &&
-           l2_promotion == o.l2_promotion;
-  }
-};
-
-bool EncodeUncached(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,
-                    const int64_t* strides, const uint32_t* box, CUtensorMapL2promotion l2_promotion);
-
-}  // namespace
-
 bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,
                      const int64_t* strides, const uint32_t* box, CUtensorMapL2promotion l2_promotion) {
-  if (rank < 1 || rank > 5) return false;
-  EncodeKey key;
-  key.dtype = dtype;
-  key.base = base;
-  key.rank = rank;
-  std::copy(dims, dims + rank, key.dims);
-  std::copy(strides, strides + rank - 1, key.strides);
-  std::copy(box, box + rank, key.box);
-  key.l2_promotion = l2_promotion;
-  // A ragged prefill encodes three maps a call (Q, K, V) and a paged prefill one (Q), each a
-  // driver call of a few microseconds; a serving step's layers mostly pass the same
-  // addresses and shapes (the caching allocator hands each layer's activations the same
-  // block). Eight entries hold a few layers' worth of distinct maps. Refusals are not kept.
-  thread_local RecentValues<EncodeKey, CUtensorMap, 8> recent;
-  if (const CUtensorMap* hit = recent.Find(key)) {
-    *map = *hit;
-    return true;
-  }
-  if (!EncodeUncached(map, dtype, base, rank, dims, strides, box, l2_promotion)) return false;
-  recent.Insert(key, *map);
-  return true;
-}
-
-namespace {
-
-bool EncodeUncached(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,
-                    const int64_t* strides, const uint32_t* box, CUtensorMapL2promotion l2_promotion) {
   const EncodeTiledFn encode = EncodeTiled();
-  if (encode == nullptr) return false;
+  if (encode == nullptr || rank < 1 || rank > 5) return false;
   cuuint64_t global_dims[5], global_strides[4];
   cuuint32_t box_dims[5], element_strides[5];
   for (int i = 0; i < rank; ++i) {
@@ -123,8 +69,6 @@ bool EncodeUncached(CUtensorMap* map, DType dtype, const void* base, int rank, c
                 box_dims, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                 l2_promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
-
-}  // namespace
 
 namespace {
 
@@ -212,11 +156,15 @@ PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
                          p.dtype,
                          p.kv_storage.fp8_e4m3,
                          block_keys};
-  thread_local RecentValues<PagedMapsKey, PagedKvMaps, 1> last;
-  if (const PagedKvMaps* hit = last.Find(key)) return *hit;
-  const PagedKvMaps maps = EncodePagedKvMaps(p, block_keys);
-  last.Insert(key, maps);
-  return maps;
+  thread_local bool have_last = false;
+  thread_local PagedMapsKey last_key;
+  thread_local PagedKvMaps last_maps;
+  if (!have_last || !(last_key == key)) {
+    last_maps = EncodePagedKvMaps(p, block_keys);
+    last_key = key;
+    have_last = true;
+  }
+  return last_maps;
 }
 
 }  // namespace splitkv::cuda

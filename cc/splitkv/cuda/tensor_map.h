@@ -1,7 +1,6 @@
-// Tensor maps (TMA descriptors) for the sm_90 kernels: encoded on the host through the
-// runtime's driver entry point (no -lcuda link), or reused from the thread's last encodings
-// of the same arguments, and passed to the kernels by value, so a captured CUDA graph
-// carries them.
+// Tensor maps (TMA descriptors) for the sm_90 kernels: encoded on the host for each call
+// through the runtime's driver entry point (no -lcuda link) and passed to the kernels by
+// value, so a captured CUDA graph carries them.
 #ifndef SPLITKV_CUDA_TENSOR_MAP_H_
 #define SPLITKV_CUDA_TENSOR_MAP_H_
 
@@ -24,8 +23,7 @@ bool TensorMapsDisabled();
 // dimension; box[0] * 2 bytes is 128 or 64), the shared-memory swizzle of that many bytes
 // (CU_TENSOR_MAP_SWIZZLE_128B or _64B) and `l2_promotion`
 // (how far L2 widens each request of a copy). Returns false when the driver refuses the
-// description or has no tensor-map entry point. Each thread keeps its last 8 encodings
-// (recent_values.h) and returns a kept one for the same arguments without the driver call.
+// description or has no tensor-map entry point.
 bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, const int64_t* dims,
                      const int64_t* strides, const uint32_t* box, CUtensorMapL2promotion l2_promotion);
 
