@@ -294,7 +294,9 @@ _FLOAT32_MAX = 3.4028234663852886e38
 
 
 def real(op, name, value):
-    """A Python float that float32 represents: 0, NaN/inf as given, or a normal magnitude."""
+    """A Python float in float32's normal range: 0, NaN/inf as given (callers check those),
+    or a magnitude in [FLT_MIN, FLT_MAX]. A float32 subnormal is refused too: its float32
+    rounding keeps only part of the value's 24 significant bits."""
     # A Python float or a traced symbol as it is, as in integer().
     if type(value) is not float and not isinstance(value, torch.SymFloat):  # noqa: E721
         # numbers.Real: numpy's float and int scalars and Fraction; not numpy's str_, bytes_ or
@@ -304,10 +306,10 @@ def real(op, name, value):
         try:
             value = float(value)
         except OverflowError:  # an int past float64's range
-            fail(op, name, "not representable in float32", "0 or a magnitude in [1.2e-38, 3.4e38]",
+            fail(op, name, "outside float32's normal range", "0 or a magnitude in [1.2e-38, 3.4e38]",
                  f"an int of {value.bit_length()} bits")
     if value != 0 and _FLOAT32_MIN_NORMAL > abs(value) or _FLOAT32_MAX < abs(value) < float("inf"):
-        fail(op, name, "not representable in float32",
+        fail(op, name, "outside float32's normal range",
              "0 or a magnitude in [1.2e-38, 3.4e38]", repr(value))
     return value
 

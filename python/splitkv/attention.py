@@ -127,8 +127,10 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         Keyword-only, for an fp8 cache and required with one: K/V of dtype
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
         ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
-        V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
-        (one scale per kv head). On an H100/H200 (sm_90) decode tiles at head_dim 64, 128
+        V). Each a Python float of 0 or a magnitude in float32's normal range [1.2e-38,
+        3.4e38], or a float32 ``[num_kv_heads]`` tensor on q's device (one scale per kv
+        head; its values are checked on the CPU backend only, which refuses a non-finite
+        entry). On an H100/H200 (sm_90) decode tiles at head_dim 64, 128
         and 256 over a 16-byte aligned cache with pages of 8+ slots run the sm_90 decode
         kernel, which converts the staged fp8 bytes to float16 in registers (exactly; a
         bfloat16 q is scaled per row by a power of two into float16's range). On the H200
@@ -191,7 +193,7 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         finite or past float32's range, ``max_q_len`` < 1 or below the longest query on the
         CPU), or a forced ``num_splits`` with more work tiles than the counter region
         counts, or with ``batch_invariant``; an fp8
-        cache without ``k_scale``/``v_scale``, a scale without one, a non-finite scale;
+        cache without ``k_scale``/``v_scale``, a scale without one, a float scale that is not finite or outside float32's normal range;
         ``kv_offsets`` without ``full_seq_lens`` or the reverse; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
         of range, a shard outside its request (``kv_offsets[b] < 0`` or
@@ -323,8 +325,10 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         Keyword-only, for an fp8 cache and required with one: K/V of dtype
         ``torch.float8_e4m3fn`` (q float16 or bfloat16; out in q's dtype) hold
         ``true value / scale``, i.e. the true value is ``stored * k_scale`` (``v_scale`` for
-        V). Each a finite Python float, or a float32 ``[num_kv_heads]`` tensor on q's device
-        (one scale per kv head). On CUDA fp8 k, v run the mma.sync kernel (not the sm_90
+        V). Each a Python float of 0 or a magnitude in float32's normal range [1.2e-38,
+        3.4e38], or a float32 ``[num_kv_heads]`` tensor on q's device (one scale per kv
+        head; its values are checked on the CPU backend only, which refuses a non-finite
+        entry). On CUDA fp8 k, v run the mma.sync kernel (not the sm_90
         wgmma prefill), which converts them exactly as it loads them: correct, slower than
         16-bit k, v.
         Default None: K/V are q's dtype, and giving a scale then is an error.
@@ -360,7 +364,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         float32's range, ``max_q_len`` < 0 or below the longest query on the CPU), or a
         forced ``num_splits`` with more work tiles than the counter region counts, or with
         ``batch_invariant``; an fp8
-        k/v without ``k_scale``/``v_scale``, a scale without one, a non-finite scale; and
+        k/v without ``k_scale``/``v_scale``, a scale without one, a float scale that is not finite or outside float32's normal range; and
         from the C++ core: num_qo_heads not
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at
         total_q / total_kv, a workspace too small (for the counter region or a forced

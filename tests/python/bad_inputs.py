@@ -360,6 +360,19 @@ ROWS = [
         lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn),
                                       v=p.v.to(torch.float8_e4m3fn), k_scale=float("inf"),
                                       v_scale=1.0)),
+    Row("fp8_scale_subnormal", "ragged", "k_scale a float32 subnormal (1e-40)", ValueError,
+        _R + "k_scale outside float32's normal range: expected 0 or a magnitude in [1.2e-38, "
+        "3.4e38], got 1e-40",
+        lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn),
+                                      v=p.v.to(torch.float8_e4m3fn), k_scale=1e-40,
+                                      v_scale=1.0)),
+    Row("fp8_scale_past_float32", "ragged", "v_scale past float32's largest value (1e39)",
+        ValueError,
+        _R + "v_scale outside float32's normal range: expected 0 or a magnitude in [1.2e-38, "
+        "3.4e38], got 1e+39",
+        lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn),
+                                      v=p.v.to(torch.float8_e4m3fn), k_scale=1.0,
+                                      v_scale=1e39)),
     Row("fp8_k_not_v", "ragged", "fp8 k with a float16 v", TypeError,
         _R + "v dtype mismatch: expected torch.float8_e4m3fn (the dtype of k), got torch.float16",
         lambda p, ws, d: _ragged_call(p, ws, k=p.k.to(torch.float8_e4m3fn), k_scale=1.0,
@@ -615,7 +628,7 @@ ROWS = [
         lambda p, ws, d: _ragged_call(p, ws, window_left=torch.tensor(3))),
     Row("sm_scale_huge_int", "paged", "sm_scale an int past float64's range (10**400)",
         ValueError,
-        _P + "sm_scale not representable in float32: expected 0 or a magnitude in [1.2e-38, "
+        _P + "sm_scale outside float32's normal range: expected 0 or a magnitude in [1.2e-38, "
         "3.4e38], got an int of 1329 bits",
         lambda p, ws, d: _paged_call(p, ws, sm_scale=10**400)),
     Row("sm_scale_numpy_array", "paged", "sm_scale a one-element numpy array", TypeError,

@@ -222,7 +222,7 @@ PAGED_CASES = [
      lambda p, ws, d: _paged_call(p, ws, out=torch.empty(3, 1, 64, dtype=p.q.dtype,
                                                           device=d).expand(3, 4, 64)), False),
     ("logits_soft_cap_below_float32", ValueError,
-     r"paged_attention: logits_soft_cap not representable in float32: expected 0 or a "
+     r"paged_attention: logits_soft_cap outside float32's normal range: expected 0 or a "
      r"magnitude in \[1.2e-38, 3.4e38\], got 1e-46",
      lambda p, ws, d: _paged_call(p, ws, logits_soft_cap=1e-46), False),
 ]
