@@ -797,7 +797,18 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
                            static_cast<int32_t>(S::kSmemBytes - S::kAlign));
     }
   } else {
-  float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};
+  // fp8 tiles keep their logits in log2 units (log2(e) folded into the row scale, a capped
+  // logit c tanh(x / c) becomes c' tanh(x' / c') with c' = c log2(e)) and exponentiate with
+  // FastExp2: per 128-key block this saves each warp the 8 multiplies by log2(e) and the
+  // subnormal guard exp2f puts around every MUFU (3 instructions an exponential), where the
+  // fp8 tiles are bound by issue rather than by the DRAM. 16-bit tiles keep natural units
+  // and exp2f: batch-invariant head_dim 256 decodes run them and must give the mma.sync
+  // kernel's bits (fp8 calls never run here batch-invariant: tile_config.h InvariantTile).
+  constexpr bool kLog2Logits = S::kFp8;
+  float logit_scale[2] = {row_scale[0], row_scale[1]};
+  if constexpr (kLog2Logits) logit_scale[0] *= kLog2e, logit_scale[1] *= kLog2e;
+  const float logit_cap = kLog2Logits ? cap * kLog2e : cap;
+  float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units when kLog2Logits
   float row_sum[2] = {0.0f, 0.0f};
   float acc[S::kAccTiles][4];
 #pragma unroll
@@ -916,13 +927,22 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       for (int e = 0; e < 4; ++e) s[n][e] += s_odd[n][e];
     }
 
+    // One branch a block for the soft cap (inside the loop it was one an element: 8 compares
+    // and branches a block with the cap off); the same float work either way.
+    if (logit_cap > 0.0f) {
 #pragma unroll
-    for (int n = 0; n < S::kSFrags; ++n) {
+      for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[n][e] * row_scale[row_of(e)];
-        if (cap > 0.0f) x = cap * tanhf(x / cap);
-        s[n][e] = x;
+        for (int e = 0; e < 4; ++e) {
+          const float x = s[n][e] * logit_scale[row_of(e)];
+          s[n][e] = logit_cap * tanhf(x / logit_cap);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < S::kSFrags; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[n][e] *= logit_scale[row_of(e)];
       }
     }
     bool partial = false;
@@ -960,8 +980,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       }
       m = row_reduce_max(m);
       block_max[i] = m;
-      raise[i] = m != SPLITKV_NEG_INF &&
-                 (row_max[i] == SPLITKV_NEG_INF || (m - row_max[i]) * kLog2e > kLazyRescaleLog2);
+      const float rise_log2 = kLog2Logits ? m - row_max[i] : (m - row_max[i]) * kLog2e;
+      raise[i] = m != SPLITKV_NEG_INF && (row_max[i] == SPLITKV_NEG_INF || rise_log2 > kLazyRescaleLog2);
     }
     if (__any_sync(0xffffffffu, raise[0] || raise[1])) {  // most blocks skip this whole branch
 #pragma unroll
@@ -969,7 +989,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
         if (!raise[i]) continue;
         const float m = fmaxf(row_max[i], block_max[i]);
         const float m_ref = m == SPLITKV_NEG_INF ? 0.0f : m;
-        const float alpha = exp2f((row_max[i] - m_ref) * kLog2e);
+        const float alpha = kLog2Logits ? FastExp2(row_max[i] - m_ref) : exp2f((row_max[i] - m_ref) * kLog2e);
         row_max[i] = m;
         row_sum[i] *= alpha;
 #pragma unroll
@@ -983,7 +1003,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float m_log2 = (row_max[i] == SPLITKV_NEG_INF ? 0.0f : row_max[i]) * kLog2e;
+      const float m_ref = row_max[i] == SPLITKV_NEG_INF ? 0.0f : row_max[i];
+      const float m_log2 = kLog2Logits ? m_ref : m_ref * kLog2e;
 #pragma unroll
       for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
@@ -991,7 +1012,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
           if (row_of(e) != i) continue;
           // Rounded before the subtraction, like m_log2 (no fused multiply-add): the row's
           // largest logit then gets exactly exp2(0) = 1, so a dominant key's v row comes out exact.
-          const float pr = exp2f(__fmul_rn(s[n][e], kLog2e) - m_log2);
+          const float pr = kLog2Logits ? FastExp2(s[n][e] - m_log2) : exp2f(__fmul_rn(s[n][e], kLog2e) - m_log2);
           s[n][e] = pr;
           row_sum[i] += pr;
         }
@@ -1072,6 +1093,10 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   if (num_blocks == 0) __syncthreads();
   float* const s_o = reinterpret_cast<float*>(smem);
   float* const s_ml = s_o + S::kWarpsN * S::kRows * S::kOStride;
+  if constexpr (kLog2Logits) {  // the staged max is in natural units (MergeWarpSlices, the partials)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) row_max[i] = __fmul_rn(row_max[i], kLn2);
+  }
   if constexpr (S::kKeyRows) {
     StageFp8KeyRows<S::kAccTiles, S::kOStride>(s_o, s_ml, warp * S::kRows, acc, row_max, row_sum);
   } else if constexpr (S::kFp8) {
