@@ -168,7 +168,7 @@ void LaunchBulkDecode(const AttentionKernelParams& params, const typename KvSour
 // 2-stage CTAs at head_dim 128 whose tiles hold at most 8 query rows (a decode step at a group
 // of up to 8) run keys as the mma's rows at 2 stages (3 fit an SM: 168 registers, 32 bytes
 // of spill); every other grid the query rows as the mma's rows at 3 stages. Head_dim 64 has
-// its own shapes, all at 2 stages (Fp8KeyRowsD64Shape and below). H200, fp8 us, one
+// its own shapes (Fp8KeyRowsD64Shape and below). H200, fp8 us, one
 // call each (docs/perf_log.md 2026-12-02): keys as rows at 3 -> 2 stages 1 x 32768 25.6 ->
 // 24.7, 4 x 8192 25.3 -> 24.3, 16 x 4096 41.3 -> 39.2, 16 x 8192 73.6 -> 69.5, 1 x 131072
 // 73.8 -> 70.3 (query rows, 3 stages: 26.5, 26.1, 40.8, 70.5, 71.3); unsplit 64 x 4096 query
@@ -178,11 +178,15 @@ using Fp8BulkDecodeShape = BulkDecodeShape<kHeadDim, Fp8DecodeBlockKeys(kHeadDim
                                            true, false, true, kKeyRows>;
 using Fp8KeyRowsSplitShape = Fp8BulkDecodeShape<128, true, 2>;
 // Head_dim 64, tiles of at most 8 rows (tile_config.h kFp8D64KeyRowsCtasPerSm): keys as rows
-// at 2 stages, four CTAs an SM, or 256-key blocks on grids of at most 2 CTAs an SM.
+// at 2 stages, four CTAs an SM, or 256-key blocks at 3 stages (two CTAs an SM, all that
+// their grids of at most 2 CTAs an SM use: the second block is requested with the first).
+// H100, fp8 ms, 2 -> 3 stages, alternated (docs/perf_log.md 2026-12-06, session 50): 256-key
+// 1 x 32768 0.0187 -> 0.0178 (page 64 0.0183 -> 0.0178), 1 x 131072 level; the 128-key
+// shape at 3 stages lost 2-3.6 % (24 x 4096 0.0408 -> 0.0418, 64 x 4096 0.0931 -> 0.0950).
 using Fp8KeyRowsD64Shape = BulkDecodeShape<64, Fp8DecodeBlockKeys(64), 2, true, false, true, true, false,
                                            kFp8D64KeyRowsCtasPerSm>;
-using Fp8KeyRowsD64WideShape = BulkDecodeShape<64, kFp8D64WideBlockKeys, 2, true, false, true, true>;
-static_assert(Fp8KeyRowsD64Shape::kMinBlocks == kFp8D64KeyRowsCtasPerSm && Fp8KeyRowsD64WideShape::kMinBlocks == 3 &&
+using Fp8KeyRowsD64WideShape = BulkDecodeShape<64, kFp8D64WideBlockKeys, 3, true, false, true, true>;
+static_assert(Fp8KeyRowsD64Shape::kMinBlocks == kFp8D64KeyRowsCtasPerSm && Fp8KeyRowsD64WideShape::kMinBlocks == 2 &&
               Fp8KeyRowsD64Shape::kKeyRowsMaxRows == kFp8D64KeyRowsMaxRows);
 // Its tiles of more than 8 rows: the query rows at 2 stages, three CTAs an SM on grids of at
 // most three an SM (the planner's count for them: ResidentCtasPerSm), else four an SM

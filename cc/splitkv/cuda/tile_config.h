@@ -106,7 +106,7 @@ inline constexpr int kFp8D256DecodeCtasPerSm = 2;  // head_dim 256's fp8 stages 
 // to 8): keys as the mma's rows (half the mma, softmax and conversion work of the query rows'
 // 16-row operand, which such a tile fills at most half), 2 stages, 4 CTAs an SM (128
 // registers) so a grid of 3-4 CTAs an SM runs in one wave; grids of at most 2 CTAs an SM
-// (1 x 131072 at 32 splits, 8 kv heads: 256 CTAs) 256-key blocks, 3 an SM, half the blocks'
+// (1 x 131072 at 32 splits, 8 kv heads: 256 CTAs) 256-key blocks at 3 stages, half the blocks'
 // fixed costs (barrier, row reductions) on each CTA's chain. H200, 32 / 8 heads, page 16, fp8 / bf16 time in one
 // process, query rows at 3 stages (before) -> these, planned as below: 64 x 4096 0.888 ->
 // 0.553, 128 x 4096 0.541, 16 x 4096 0.842 -> 0.655, 4 x 16384 0.855 -> 0.662, 1 x 32768
