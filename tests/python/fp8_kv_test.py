@@ -100,6 +100,29 @@ def test_paged_fp8_prefill_many_blocks(device, head_dim, num_splits):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("num_splits", [None, 4])
+@pytest.mark.parametrize("soft_cap", [0.0, 2.0])
+def test_paged_fp8_decode_saturating_soft_cap(device, head_dim, num_splits, soft_cap):
+    """Decode steps over an fp8 cache with logits of a few units (sm_scale 3 / sqrt(head_dim))
+    and a soft cap of 2 that most of them saturate, or none; sinks; group 8, so on sm_90 the
+    fp8 decode tiles with keys as the mma's rows run, which keep logits in log2 units (the
+    cap becomes 2 log2(e) there); 1100 keys give the 256-key head_dim 64 tiles a few blocks."""
+    harness.require(device, torch.bfloat16, head_dim)
+    problem = harness.make_paged([1, 300, 1100], page_size=16, group=8, head_dim=head_dim,
+                                 dtype=torch.bfloat16, device=device, seed=21)
+    k_scale = _scales(True, 2, 3)
+    v_scale = _scales(False, 2, 4)
+    problem.kv_cache, problem.keys, problem.values = _quantised_paged(problem, k_scale, v_scale)
+    sinks = torch.linspace(-2.0, 3.0, problem.q.shape[1], device=device)
+    workspace = harness.shared_workspace(device)
+    harness.fill_garbage(workspace)
+    options = dict(sm_scale=3.0 / head_dim ** 0.5, logits_soft_cap=soft_cap, sinks=sinks)
+    harness.run_and_check(problem, workspace, options, poison_out=True, num_splits=num_splits,
+                          k_scale=_device_scale(k_scale, device), v_scale=v_scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_ragged_fp8_with_sinks(device, num_splits):
     harness.require(device, torch.bfloat16)
