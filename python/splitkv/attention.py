@@ -193,7 +193,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         finite or past float32's range, ``max_q_len`` < 1 or below the longest query on the
         CPU), or a forced ``num_splits`` with more work tiles than the counter region
         counts, or with ``batch_invariant``; an fp8
-        cache without ``k_scale``/``v_scale``, a scale without one, a float scale that is not finite or outside float32's normal range;
+        cache without ``k_scale``/``v_scale``, a scale without one, a float scale that is
+        not finite or outside float32's normal range;
         ``kv_offsets`` without ``full_seq_lens`` or the reverse; and from the
         C++ core: num_qo_heads not a multiple of num_kv_heads, a page id or seq_len out
         of range, a shard outside its request (``kv_offsets[b] < 0`` or
@@ -364,7 +365,8 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         float32's range, ``max_q_len`` < 0 or below the longest query on the CPU), or a
         forced ``num_splits`` with more work tiles than the counter region counts, or with
         ``batch_invariant``; an fp8
-        k/v without ``k_scale``/``v_scale``, a scale without one, a float scale that is not finite or outside float32's normal range; and
+        k/v without ``k_scale``/``v_scale``, a scale without one, a float scale that is
+        not finite or outside float32's normal range; and
         from the C++ core: num_qo_heads not
         a multiple of num_kv_heads, cu_seqlens not a prefix sum from 0 or not ending at
         total_q / total_kv, a workspace too small (for the counter region or a forced

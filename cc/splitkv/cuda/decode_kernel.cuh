@@ -805,8 +805,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   // and exp2f: batch-invariant head_dim 256 decodes run them and must give the mma.sync
   // kernel's bits (fp8 calls never run here batch-invariant: tile_config.h InvariantTile).
   constexpr bool kLog2Logits = S::kFp8;
-  float logit_scale[2] = {row_scale[0], row_scale[1]};
-  if constexpr (kLog2Logits) logit_scale[0] *= kLog2e, logit_scale[1] *= kLog2e;
+  if constexpr (kLog2Logits) row_scale[0] *= kLog2e, row_scale[1] *= kLog2e;
   const float logit_cap = kLog2Logits ? cap * kLog2e : cap;
   float row_max[2] = {SPLITKV_NEG_INF, SPLITKV_NEG_INF};  // log2 units when kLog2Logits
   float row_sum[2] = {0.0f, 0.0f};
@@ -934,7 +933,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
       for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float x = s[n][e] * logit_scale[row_of(e)];
+          const float x = s[n][e] * row_scale[row_of(e)];
           s[n][e] = logit_cap * tanhf(x / logit_cap);
         }
       }
@@ -942,7 +941,7 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
 #pragma unroll
       for (int n = 0; n < S::kSFrags; ++n) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[n][e] *= logit_scale[row_of(e)];
+        for (int e = 0; e < 4; ++e) s[n][e] *= row_scale[row_of(e)];
       }
     }
     bool partial = false;
