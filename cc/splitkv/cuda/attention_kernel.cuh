@@ -79,6 +79,13 @@ __device__ __forceinline__ float Fp8E4M3ToFloat(uint32_t b) {
   return __uint_as_float(sign | ((exponent + 120u) << 23) | (mantissa << 20));
 }
 
+// The kv head's scale of an fp8 cache (KvStorage: the per-head array where given, else the
+// per-tensor value), read once a CTA; exactly 1 for 16-bit K/V (fp8 false).
+__device__ __forceinline__ float KvHeadScale(bool fp8, float scale, const float* scales, int kv_head) {
+  if (!fp8) return 1.0f;
+  return scales != nullptr ? LoadInput(scales + kv_head) : scale;
+}
+
 // 4 fp8 bytes (memory order: the first in w's low byte) to two float16x2 words (the first
 // pair in lo), exactly: every e4m3 value is a float16 value, NaN stays NaN. The sm_90 decode
 // kernel's conversion (one cvt per pair on sm_89+; the sm_80 build keeps the float route).
@@ -403,8 +410,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr bool kFp8 = std::is_same_v<typename KvSourceT<T>::Elem, Fp8E4M3>;
   float k_scale = 1.0f, v_scale = 1.0f;
   if constexpr (kFp8) {
-    k_scale = p.k_scales != nullptr ? LoadInput(p.k_scales + kv_head) : p.k_scale;
-    v_scale = p.v_scales != nullptr ? LoadInput(p.v_scales + kv_head) : p.v_scale;
+    k_scale = KvHeadScale(true, p.k_scale, p.k_scales, kv_head);
+    v_scale = KvHeadScale(true, p.v_scale, p.v_scales, kv_head);
   }
   const SplitKeys split_keys = SplitKeysOf(p, tq, kv_len, S::kBlockN, S::kBlockN);
   const int key_begin = split_keys.begin, key_end = split_keys.end, num_blocks = split_keys.num_blocks;

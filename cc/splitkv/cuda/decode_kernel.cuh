@@ -587,8 +587,8 @@ __global__ void __launch_bounds__(kThreads, S::kMinBlocks)
   float row_scale[2] = {sm_scale, sm_scale};
   float v_scale = 1.0f;
   if constexpr (S::kFp8) {
-    const float k_scale = p.k_scales != nullptr ? LoadInput(p.k_scales + kv_head) : p.k_scale;
-    v_scale = p.v_scales != nullptr ? LoadInput(p.v_scales + kv_head) : p.v_scale;
+    const float k_scale = KvHeadScale(true, p.k_scale, p.k_scales, kv_head);
+    v_scale = KvHeadScale(true, p.v_scale, p.v_scales, kv_head);
 #pragma unroll
     for (int i = 0; i < 2; ++i) row_scale[i] = sm_scale * k_scale / s_q_scale[lane_row(i)];
   }
