@@ -148,6 +148,30 @@ constexpr int64_t RequiredCounters(int64_t batch_size, int64_t num_kv_heads, int
   return num_splits > 1 ? batch_size * num_kv_heads * max_q_tiles : 0;
 }
 
+// Staged K/V: a call over an fp8 (e4m3) cache that runs with num_splits == 1 writes no
+// softmax stats and no partials, so the CUDA backend's Hopper prefill may use the bytes where
+// they would start for a 16-bit copy of the K and V rows the call reads (exact: every e4m3
+// value is a float16 and a bfloat16 value), then run its 16-bit wgmma kernel over that copy.
+// The counter region is untouched. `rows` is how many K rows (and as many V rows) the copy
+// holds, each `row_bytes` long (num_kv_heads * head_dim * 2); a paged call also stages
+// `table_entries` int32 page ids for the copy. A workspace shorter than required_bytes gets no
+// copy: the call runs the fp8 kernel over the cache itself (slower, same contract).
+struct StagedKvLayout {
+  int64_t k_offset = 0;
+  int64_t v_offset = 0;
+  int64_t table_offset = 0;
+  int64_t required_bytes = 0;  // bytes the call needs: the end of the last region
+};
+
+constexpr StagedKvLayout ComputeStagedKvLayout(int64_t rows, int64_t row_bytes, int64_t table_entries) {
+  StagedKvLayout layout;
+  layout.k_offset = ComputeWorkspaceLayout(LayoutShape{}, 1).scratch_offset;
+  layout.v_offset = AlignUp(layout.k_offset + rows * row_bytes, kWorkspaceAlignment);
+  layout.table_offset = AlignUp(layout.v_offset + rows * row_bytes, kWorkspaceAlignment);
+  layout.required_bytes = AlignUp(layout.table_offset + table_entries * 4, kWorkspaceAlignment);
+  return layout;
+}
+
 }  // namespace splitkv
 
 #endif  // SPLITKV_WORKSPACE_LAYOUT_H_

@@ -51,7 +51,8 @@ struct AttentionKernelParams {
   const float* sinks = nullptr;
   // An fp8 (float8 e4m3fn) K/V cache (params.h: KvStorage): true value = stored x scale, the
   // per-kv-head arrays when non-null. The mma.sync kernel (fp8 sources) and the bulk decode
-  // kernel (fp8 shapes) run it; the wgmma prefill does not.
+  // kernel (fp8 shapes) read the fp8 bytes; the wgmma prefill reads a 16-bit copy of them
+  // (prefill_sm90.h) and applies the scales alike.
   bool kv_fp8 = false;
   float k_scale = 1.0f, v_scale = 1.0f;
   const float* k_scales = nullptr;

@@ -3,15 +3,18 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
 
+#include "cc/splitkv/cuda/kv_staging.h"
 #include "cc/splitkv/cuda/launch.h"
 #include "cc/splitkv/cuda/prefill_sm90.cuh"
 #include "cc/splitkv/cuda/prefill_sm90.h"
 #include "cc/splitkv/cuda/tensor_map.h"
 #include "cc/splitkv/cuda/tile_config.h"
+#include "cc/splitkv/workspace_layout.h"
 
 namespace splitkv::cuda {
 namespace {
@@ -96,7 +99,7 @@ bool Serves(const Params& p, const SplitPlan& plan, const AttentionKernelParams&
     return false;
   }
   if (p.dtype != DType::kBFloat16 && p.dtype != DType::kFloat16) return false;
-  if (p.kv_storage.fp8_e4m3) return false;  // fp8 runs the mma.sync kernel
+  if (p.kv_storage.fp8_e4m3) return false;  // fp8: its staged 16-bit copy's params come here
   const int64_t group = p.num_qo_heads / p.num_kv_heads;
   const int64_t rows = TileRows(p.head_dim, group);
   if (rows == 0) return false;
@@ -173,6 +176,101 @@ AttentionKernelParams VecFlags(bool q_vec, bool kv_vec) {
   return k;
 }
 
+// fp8 K/V (default mode, one split): a 16-bit copy of the call's K/V in the workspace
+// (workspace_layout.h StagedKvLayout, kv_staging.h), then the 16-bit kernel over the copy,
+// applying k_scale and v_scale (the kernel params keep kv_fp8 and the scales). Where the
+// workspace is too short for the copy, or the kernel would not serve the copy, nothing is
+// enqueued and the mma.sync kernel runs the call over the fp8 bytes. Batch-invariant fp8
+// calls stay there too: their prefill and decode rows share that kernel's reduction order.
+// The copy's extra bytes (a 16-bit write and read of each K/V row the call reads) are small
+// beside a prefill's products: the mma.sync kernel ran fp8 prefill at 3.8-4.4x the bf16
+// call's time (H100, docs/perf_log.md session 47).
+bool StagedKvFits(const AttentionKernelParams& k, const SplitPlan& plan) {
+  return plan.invariant_split_keys == 0 && plan.num_splits == 1 && k.kv_vec;
+}
+
+uint8_t* WorkspaceBase(const WorkspaceBuffer& w) { return static_cast<uint8_t*>(w.data); }
+
+bool LaunchStagedRagged(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                        cudaStream_t stream, const char* op) {
+  if (!StagedKvFits(k, plan) || p.total_kv < 1) return false;
+  const int64_t row_bytes = p.num_kv_heads * p.head_dim * 2;
+  if (p.total_kv > p.workspace.bytes / row_bytes / 2) return false;
+  const StagedKvLayout layout = ComputeStagedKvLayout(p.total_kv, row_bytes, 0);
+  if (p.workspace.bytes < layout.required_bytes) return false;
+  RaggedAttentionParams staged = p;  // the copy: [total_kv, num_kv_heads, head_dim] of q's dtype
+  staged.kv_storage = KvStorage{};
+  staged.k = WorkspaceBase(p.workspace) + layout.k_offset;
+  staged.v = WorkspaceBase(p.workspace) + layout.v_offset;
+  staged.k_stride_token = staged.v_stride_token = p.num_kv_heads * p.head_dim;
+  staged.k_stride_head = staged.v_stride_head = p.head_dim;
+  AttentionKernelParams ks = k;  // kv_fp8 and the scales stay: the kernel applies them
+  ks.kv_vec = true;              // 256-byte-aligned copy, rows of 64+ elements
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  if (!RaggedServes(staged, plan, ks, op, params, num_ctas)) return false;
+  const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));
+  CUtensorMap tm_q, tm_k, tm_v;
+  if (!EncodeQ(&tm_q, staged, params) ||
+      !EncodeMap(&tm_k, staged.dtype, staged.k, p.head_dim, p.num_kv_heads, p.total_kv, staged.k_stride_head,
+                 staged.k_stride_token, 1, block_n) ||
+      !EncodeMap(&tm_v, staged.dtype, staged.v, p.head_dim, p.num_kv_heads, p.total_kv, staged.v_stride_head,
+                 staged.v_stride_token, 1, block_n)) {
+    return false;
+  }
+  StageRaggedKv(p, const_cast<void*>(staged.k), const_cast<void*>(staged.v), stream, op);
+  params.cu_seqlens_kv = p.cu_seqlens_kv;
+  LaunchFor<false>(p.dtype, p.head_dim, tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+  return true;
+}
+
+// The paged copy is an HND cache of batch_size * max_pages_per_seq pages (request b's page j
+// at b * max_pages_per_seq + j, its own block table in the workspace too), so its size is
+// known on the host without reading seq_lens: a block table much wider than the requests'
+// pages needs a larger workspace for the copy.
+bool LaunchStagedPaged(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                       const PagedKvParams& kv, cudaStream_t stream, const char* op) {
+  if (!StagedKvFits(k, plan) || p.cu_seqlens_q == nullptr) return false;
+  const int64_t page_bytes = p.page_size * p.num_kv_heads * p.head_dim * 2;
+  if (p.max_pages_per_seq > p.workspace.bytes / page_bytes / 2 / std::max<int64_t>(p.batch_size, 1)) return false;
+  const int64_t pages = p.batch_size * p.max_pages_per_seq;
+  if (pages < 1 || pages > 2147483647) return false;
+  const StagedKvLayout layout = ComputeStagedKvLayout(pages * p.page_size, p.num_kv_heads * p.head_dim * 2, pages);
+  if (p.workspace.bytes < layout.required_bytes) return false;
+  PagedAttentionParams staged = p;  // the copy: [pages, num_kv_heads, page_size, head_dim] of q's dtype
+  staged.kv_storage = KvStorage{};
+  staged.k_cache = WorkspaceBase(p.workspace) + layout.k_offset;
+  staged.v_cache = WorkspaceBase(p.workspace) + layout.v_offset;
+  staged.k_stride_page = staged.v_stride_page = p.num_kv_heads * p.page_size * p.head_dim;
+  staged.k_stride_head = staged.v_stride_head = p.page_size * p.head_dim;
+  staged.k_stride_slot = staged.v_stride_slot = p.head_dim;
+  staged.num_pages = pages;
+  auto* const table = reinterpret_cast<int32_t*>(WorkspaceBase(p.workspace) + layout.table_offset);
+  staged.block_tables = table;
+  staged.block_tables_stride = p.max_pages_per_seq;
+  AttentionKernelParams ks = k;
+  ks.kv_vec = true;
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  PagedKvMaps maps{};
+  if (!PagedServes(staged, plan, ks, op, params, num_ctas, maps)) return false;
+  CUtensorMap tm_q;
+  if (!EncodeQ(&tm_q, staged, params)) return false;
+  StagePagedKv(p, const_cast<void*>(staged.k_cache), const_cast<void*>(staged.v_cache), table, stream, op);
+  params.paged = kv;
+  params.paged.k = staged.k_cache;
+  params.paged.v = staged.v_cache;
+  params.paged.k_stride_page = params.paged.v_stride_page = staged.k_stride_page;
+  params.paged.k_stride_head = params.paged.v_stride_head = staged.k_stride_head;
+  params.paged.k_stride_slot = params.paged.v_stride_slot = staged.k_stride_slot;
+  params.paged.block_tables = table;
+  params.paged.block_tables_stride = staged.block_tables_stride;
+  params.box_rows = maps.box_rows;
+  params.slot_inner = maps.slot_inner;
+  LaunchFor<true>(p.dtype, p.head_dim, tm_q, maps.k, maps.v, params, num_ctas, stream, op);
+  return true;
+}
+
 }  // namespace
 
 bool RaggedPrefillSm90ServesInvariant(const RaggedAttentionParams& p, bool q_vec, bool kv_vec, const char* op) {
@@ -190,6 +288,7 @@ bool PagedPrefillSm90ServesInvariant(const PagedAttentionParams& p, bool q_vec, 
 
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op) {
+  if (p.kv_storage.fp8_e4m3) return LaunchStagedRagged(p, plan, k, stream, op);
   PrefillSm90Params params;
   int64_t num_ctas = 0;
   if (!RaggedServes(p, plan, k, op, params, num_ctas)) return false;
@@ -209,6 +308,7 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
 
 bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                             const PagedKvParams& kv, cudaStream_t stream, const char* op) {
+  if (p.kv_storage.fp8_e4m3) return LaunchStagedPaged(p, plan, k, kv, stream, op);
   PrefillSm90Params params;
   int64_t num_ctas = 0;
   PagedKvMaps maps{};

@@ -3,7 +3,8 @@
 // (kInvariant, head_dim 64/128) start blocks on absolute multiples of 128 keys and run all
 // of a tile's invariant splits in its one CTA, merging them as the split CTAs of a decode
 // would (see the consumers' comment), so their rows match the decode kernel's wgmma-order
-// path bit for bit.
+// path bit for bit. K/V are 16-bit: an fp8 cache's call reads a 16-bit copy of its stored
+// values (prefill_sm90.h), and the kernel applies its k_scale and v_scale.
 //
 // A CTA is three warpgroups. Warpgroup 0 is the producer: one thread (paged K/V at small
 // pages: four warps) loads the query tile once and streams 128-key K and V blocks (64-key at
@@ -503,7 +504,10 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
   // runs the same function), and the probabilities as the P V A operand. pack runs only once no
   // wgmma reading `a` is in flight: ptxas may give the new values the registers of the old
   // ones, and would serialise the wgmmas to stay correct.
-  const SoftmaxScales scales(p.sm_scale, p.logits_soft_cap);
+  // An fp8 call's staged copy holds the stored values (prefill_sm90.cu): k_scale joins
+  // sm_scale here and v_scale the output's 1 / l below (both exactly 1 for 16-bit K/V, so
+  // those calls' bits do not change).
+  const SoftmaxScales scales(p.sm_scale * KvHeadScale(p.kv_fp8, p.k_scale, p.k_scales, kv_head), p.logits_soft_cap);
   // The running max raised lazily (alpha 1 on most blocks, the output's rescale skipped
   // there) where no ping-pong hides the rescale: head_dim 256, whose 128 output registers
   // a thread make it ~128 multiplies between P V's landing and the next issue. With ping-pong
@@ -669,6 +673,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
     }
   }
   const int quad = lane & 3;
+  const float v_scale = KvHeadScale(p.kv_fp8, p.v_scale, p.v_scales, kv_head);
   // Each row's normalisation, its lse, and where it goes in out (-1: no row of the call).
   bool row_seen[2];
   float row_scale[2], row_keep[2];
@@ -686,7 +691,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
     const float m = folded ? fold[i].m : __fmul_rn(row_max[i], kLn2);
     const float l = folded ? fold[i].l : row_sum[i];
     const bool seen = l > 0.0f;
-    const float scale = folded ? FoldScale(fold[i]) : seen ? 1.0f / l : 0.0f;
+    const float scale = folded ? FoldScale(fold[i]) : seen ? v_scale / l : 0.0f;
     float lse = seen ? m + logf(l) : SPLITKV_NEG_INF;
     const float keep = SinkKeep(p, head, m, l, seen, lse);  // 1 without sinks
     row_seen[i] = seen, row_scale[i] = scale, row_keep[i] = keep;

@@ -25,10 +25,14 @@ bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& pl
 // The same for a paged call's prefill tiles (cu_seqlens_q set), whose 16-bit cache the
 // decode kernel's page maps describe (tensor_map.h PagedKvMapsFor): HND or NHD, pages of 8
 // slots or more (a power of two), 16-byte-aligned pages and strides. Query positions follow
-// kv_offsets / full_seq_lens when set. Not served, and left to the mma.sync kernel: fp8
-// caches, pages under 8 slots, plans of more than one split (batch-invariant ones aside),
-// and the cases above. `kv` is the mma.sync kernel's view of the cache (its page table and
-// lengths are read).
+// kv_offsets / full_seq_lens when set. Not served, and left to the mma.sync kernel: pages
+// under 8 slots, plans of more than one split (batch-invariant ones aside), and the cases
+// above. `kv` is the mma.sync kernel's view of the cache (its page table and lengths are
+// read).
+//
+// Both launches serve fp8 (e4m3) K/V outside batch-invariant calls by first copying the K/V
+// the call reads into the workspace as 16-bit values (workspace_layout.h StagedKvLayout,
+// kv_staging.h), where the workspace holds the copy; else they decline, as above.
 bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                             const PagedKvParams& kv, cudaStream_t stream, const char* op);
 
