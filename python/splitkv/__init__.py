@@ -35,6 +35,7 @@ from splitkv.workspace import Workspace
 from splitkv.workspace import WorkspaceLayout
 from splitkv.workspace import check_counter_region
 from splitkv.workspace import check_workspace
+from splitkv.workspace import fp8_prefill_workspace_bytes
 from splitkv.workspace import required_workspace_bytes
 from splitkv.workspace import reset_counter_region
 from splitkv.workspace import workspace_layout
@@ -55,6 +56,7 @@ __all__ = [
     "check_workspace",
     "cuda_backend_available",
     "distributed",
+    "fp8_prefill_workspace_bytes",
     "merge_states",
     "ops",
     "paged_attention",

@@ -81,7 +81,15 @@ void BindLayout(py::module_& m) {
       .def_readonly("invariant_split_keys", &SplitPlan::invariant_split_keys)
       .def_readonly("layout", &SplitPlan::layout);
 
+  py::class_<StagedKvLayout>(m, "StagedKvLayout")
+      .def_readonly("k_offset", &StagedKvLayout::k_offset)
+      .def_readonly("v_offset", &StagedKvLayout::v_offset)
+      .def_readonly("table_offset", &StagedKvLayout::table_offset)
+      .def_readonly("required_bytes", &StagedKvLayout::required_bytes);
+
   m.def("ComputeWorkspaceLayout", &ComputeWorkspaceLayout, py::arg("shape"), py::arg("num_splits"));
+  m.def("ComputeStagedKvLayout", &ComputeStagedKvLayout, py::arg("rows"), py::arg("row_bytes"),
+        py::arg("table_entries"));
   m.def("RequiredWorkspaceBytes", &RequiredWorkspaceBytes, py::arg("shape"), py::arg("num_splits"));
 }
 

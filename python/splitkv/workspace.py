@@ -137,6 +137,73 @@ def required_workspace_bytes(total_q, num_qo_heads, head_dim, num_splits):
     return workspace_layout(total_q, num_qo_heads, head_dim, num_splits).required_bytes
 
 
+def fp8_prefill_workspace_bytes(num_kv_heads, head_dim, *, total_kv=None, batch_size=None,
+                                max_pages_per_seq=None, page_size=None):
+    """Workspace bytes with which an fp8 prefill call runs the 16-bit prefill kernel.
+
+    On a compute capability 9.0 GPU, a prefill call (ragged, or paged with ``cu_seqlens_q``)
+    over fp8 (e4m3) K/V that runs with one split outside ``batch_invariant`` mode first writes
+    a 16-bit copy (q's dtype) of the K/V it reads into the workspace, past the counter region,
+    then runs the wgmma kernel over the copy (the copy holds the stored values exactly; the
+    kernel applies ``k_scale`` and ``v_scale``). A workspace shorter than this runs the call
+    on the fp8 kernel instead: same results within tolerance, several times slower. Other
+    calls ignore this size. Give ``total_kv`` (ragged calls), or ``batch_size``,
+    ``max_pages_per_seq`` (the columns of ``block_tables``) and ``page_size`` (paged calls:
+    the copy has room for every page of every row of ``block_tables``, since the host does not
+    read ``seq_lens``).
+
+    Parameters
+    ----------
+    num_kv_heads, head_dim : int
+        The call's K/V heads and elements per head, >= 1.
+    total_kv : int, optional
+        Rows of the ragged call's ``k`` and ``v``, >= 0.
+    batch_size, max_pages_per_seq, page_size : int, optional
+        The paged call's requests (>= 0), ``block_tables`` columns (>= 1) and slots per page
+        (>= 1).
+
+    Returns
+    -------
+    int
+        Bytes, counter region included, a multiple of ``WORKSPACE_ALIGNMENT``.
+
+    Raises
+    ------
+    TypeError
+        An argument is not an int.
+    ValueError
+        An argument is out of range, both forms or neither are given, or the size overflows
+        64-bit byte counts.
+
+    Example
+    -------
+    >>> nbytes = splitkv.fp8_prefill_workspace_bytes(8, 128, total_kv=16384)
+    >>> nbytes - splitkv.COUNTER_REGION_BYTES  # K and V, 2 bytes an element
+    67108864
+    """
+    op = "fp8_prefill_workspace_bytes"
+    num_kv_heads = _checks.integer(op, "num_kv_heads", num_kv_heads, 1, ">= 1")
+    head_dim = _checks.integer(op, "head_dim", head_dim, 1, ">= 1")
+    paged = (batch_size, max_pages_per_seq, page_size)
+    if (total_kv is None) == all(x is None for x in paged) or (total_kv is None and None in paged):
+        _checks.fail(op, "arguments", "not one form", "total_kv alone, or batch_size, max_pages_per_seq "
+                     "and page_size together",
+                     dict(total_kv=total_kv, batch_size=batch_size, max_pages_per_seq=max_pages_per_seq,
+                          page_size=page_size))
+    if total_kv is not None:
+        rows = _checks.integer(op, "total_kv", total_kv, 0, ">= 0")
+        table_entries = 0
+    else:
+        pages = (_checks.integer(op, "batch_size", batch_size, 0, ">= 0") *
+                 _checks.integer(op, "max_pages_per_seq", max_pages_per_seq, 1, ">= 1"))
+        rows = pages * _checks.integer(op, "page_size", page_size, 1, ">= 1")
+        table_entries = pages
+    row_bytes = num_kv_heads * head_dim * 2
+    if 2 * rows * row_bytes + 4 * table_entries >= _MAX_LAYOUT_BYTES:
+        _checks.fail(op, "sizes", "too large", "bytes below 2**62", 2 * rows * row_bytes)
+    return _splitkv.ComputeStagedKvLayout(rows, row_bytes, table_entries).required_bytes
+
+
 def c_workspace(workspace, buffer):
     """The C++ view (``_splitkv.WorkspaceBuffer``) of ``workspace`` (a Workspace or a user's
     tensor) whose bytes are ``buffer``: the one place that builds it."""

@@ -334,3 +334,70 @@ def test_scale_tensors_overlapping_out_or_workspace_are_refused(cached):
     assert torch.equal(k_scale, torch.full((2,), 0.5))
     assert torch.equal(inside, torch.full((2,), 0.25))
     harness.assert_counter_region_zero(workspace)
+
+
+def _staged_rows(workspace, offset, rows, num_kv_heads, head_dim, dtype):
+    """rows x [num_kv_heads, head_dim] of dtype in the workspace at byte offset."""
+    nbytes = rows * num_kv_heads * head_dim * 2
+    return workspace.tensor[offset:offset + nbytes].view(dtype).view(rows, num_kv_heads, head_dim)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kind", ["ragged", "paged HND", "paged NHD"])
+@pytest.mark.parametrize("room", [True, False], ids=["copy", "no_copy"])
+def test_fp8_prefill_workspace_with_and_without_room_for_a_copy(device, head_dim, dtype, kind, room):
+    """fp8 prefill whose workspace holds fp8_prefill_workspace_bytes (on sm_90 the call copies
+    its K/V as 16-bit values into the workspace and runs the wgmma kernel over the copy) or
+    only the counter region (the fp8 kernel reads the cache): causal with a window, a soft
+    cap, sinks and per-head scales at group 4, against float64. Where the copy was made, it
+    holds the stored values exactly; the counter region stays zero either way."""
+    harness.require(device, dtype, head_dim)
+    k_scale, v_scale = _scales(True, 2, 3), _scales(True, 2, 4)
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0, 1.5, -3.0, 4.0, 0.25], device=device)
+    options = dict(window_left=200, logits_soft_cap=20.0, sinks=sinks, sm_scale=head_dim ** -0.5,
+                   k_scale=k_scale.to(device), v_scale=v_scale.to(device))
+    if kind == "ragged":
+        problem = harness.make_ragged([150, 0, 129, 7], [150, 40, 300, 7], group=4, head_dim=head_dim,
+                                      dtype=dtype, device=device, seed=21)
+        k = (problem.k.cpu().float() / k_scale[None, :, None]).to(FP8)
+        v = (problem.v.cpu().float() / v_scale[None, :, None]).to(FP8)
+        problem.k, problem.v = k.to(device), v.to(device)
+        nbytes = splitkv.fp8_prefill_workspace_bytes(2, head_dim, total_kv=k.shape[0])
+        expected, expected_lse = splitkv_reference.ragged_attention(
+            problem.q.cpu(), k.float() * k_scale[None, :, None], v.float() * v_scale[None, :, None],
+            problem.cu_seqlens_q, problem.cu_seqlens_kv, **harness._reference_options(options))
+    else:
+        problem = harness.make_paged([300, 161, 7], page_size=16, group=4, head_dim=head_dim, dtype=dtype,
+                                     kv_layout=kind.split()[1], q_lens=[150, 161, 7], device=device, seed=22)
+        problem.kv_cache, problem.keys, problem.values = _quantised_paged(problem, k_scale, v_scale)
+        nbytes = splitkv.fp8_prefill_workspace_bytes(2, head_dim, batch_size=3,
+                                                     max_pages_per_seq=problem.block_tables.shape[1],
+                                                     page_size=16)
+        expected, expected_lse = problem.reference(**options)
+    workspace = splitkv.Workspace(nbytes if room else splitkv.COUNTER_REGION_BYTES, device)
+    harness.fill_garbage(workspace)
+    out = torch.full_like(problem.q, float("nan"))
+    out, lse = problem.run(workspace, out=out, return_lse=True, **options)
+    harness.assert_close(out, expected, dtype)
+    harness.assert_lse_close(lse, expected_lse)
+    harness.assert_counter_region_zero(workspace)
+    if not (room and device == "cuda" and torch.cuda.get_device_capability() == (9, 0)):
+        return
+    # The copy (workspace_layout.h StagedKvLayout: k first, past the counter region).
+    offset = splitkv.COUNTER_REGION_BYTES
+    if kind == "ragged":
+        staged = _staged_rows(workspace, offset, k.shape[0], 2, head_dim, dtype)
+        assert torch.equal(staged.cpu(), k.to(dtype)), "the staged copy of k"
+    else:
+        # HND pages, request b's page j at b * max_pages_per_seq + j.
+        max_pages = problem.block_tables.shape[1]
+        pages = _staged_rows(workspace, offset, 3 * max_pages * 2 * 16, 1, head_dim, dtype)
+        pages = pages.view(3 * max_pages, 2, 16, head_dim).cpu()
+        for b, key in enumerate(problem.keys):
+            stored = (key.float() / k_scale[None, :, None]).to(FP8).to(dtype)  # [kv_len, heads, d]
+            for j in range(0, key.shape[0], 16):
+                slots = min(16, key.shape[0] - j)
+                got = pages[b * max_pages + j // 16, :, :slots].transpose(0, 1)
+                assert torch.equal(got, stored[j:j + slots]), f"the staged copy of request {b}'s page {j // 16}"

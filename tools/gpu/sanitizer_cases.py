@@ -8,7 +8,8 @@ V rows it zeroes, partial query tiles, a window), attention sinks (decode split,
 head_dim 64's default decode on the 128-key wgmma-order tiles (unsplit, a grid of 3-4 CTAs an
 SM at two an SM, and a split grid past 4 CTAs an SM) and head_dim 128's (unsplit, pages of 8,
 a window; a split grid past one wave, merging in row chunks), fp8 K/V (the sm_90 bulk decode kernel at d64/d128/d256, mma.sync: prefill
-tiles, ragged), split merges (num_splits > 1; in row chunks where a tile's partials outgrow the
+tiles, ragged; 1-split prefill on sm_90: the 16-bit copy in the workspace and the wgmma
+prefill over it), split merges (num_splits > 1; in row chunks where a tile's partials outgrow the
 decode kernel's shared memory) and direct
 writes, page tails holding NaN, a row that sees no key, and split launches over a dirty
 counter region (0xFF bytes, counts of num_splits - 1: they must end and report), and
@@ -213,10 +214,17 @@ def main():
          _fp8(harness.make_paged([1, 45, 300], page_size=16, group=4, head_dim=128,
                                  dtype=torch.bfloat16, device="cuda"), 0.25),
          dict(num_splits=2, k_scale=torch.tensor([0.25, 0.25], device="cuda"), v_scale=0.25)),
-        ("ragged fp8 (e4m3) k, v, f16 d64, causal q > kv, 1 split",
+        ("ragged fp8 (e4m3) k, v, f16 d64, causal q > kv (sm_90: a 16-bit copy in the workspace, "
+         "the wgmma prefill), 1 split",
          _fp8_ragged(harness.make_ragged([70, 20], [50, 130], group=2, head_dim=64,
                                          dtype=torch.float16, device="cuda"), 0.5),
          dict(num_splits=1, k_scale=0.5, v_scale=0.5)),
+        ("paged fp8 (e4m3) cache, bf16 d128 NHD page 16, chunked prefill, sinks, a window, per-head "
+         "k scales (sm_90: a 16-bit copy in the workspace, the wgmma prefill), 1 split",
+         _fp8(harness.make_paged([300, 40, 129], page_size=16, group=4, head_dim=128, dtype=torch.bfloat16,
+                                 device="cuda", kv_layout="NHD", q_lens=[130, 40, 3]), 0.5),
+         dict(num_splits=1, k_scale=torch.tensor([0.5, 0.5], device="cuda"), v_scale=0.5, window_left=90,
+              sinks=torch.linspace(-2, 3, 8, device="cuda"))),
         ("paged decode over shards (kv_offsets), a window (sm_90: the bulk decode kernel), d128, 3 splits",
          _Shard(harness.make_paged([700, 45, 300, 0], page_size=16, group=4, head_dim=128,
                                    dtype=torch.bfloat16, device="cuda"),
