@@ -96,21 +96,8 @@ void LaunchRagged(const RaggedAttentionParams& p, void* k_out, void* v_out, cuda
 }
 
 template <typename T>
-void LaunchPaged(const PagedAttentionParams& p, void* k_out, void* v_out, int32_t* table_out, cudaStream_t stream,
-                 const char* op) {
-  PagedKvParams kv;
-  kv.k = p.k_cache;
-  kv.v = p.v_cache;
-  kv.k_stride_page = p.k_stride_page;
-  kv.k_stride_head = p.k_stride_head;
-  kv.k_stride_slot = p.k_stride_slot;
-  kv.v_stride_page = p.v_stride_page;
-  kv.v_stride_head = p.v_stride_head;
-  kv.v_stride_slot = p.v_stride_slot;
-  kv.block_tables = p.block_tables;
-  kv.block_tables_stride = p.block_tables_stride;
-  kv.seq_lens = p.seq_lens;
-  kv.page_size_log2 = Log2(p.page_size);
+void LaunchPaged(const PagedAttentionParams& p, const PagedKvParams& kv, void* k_out, void* v_out,
+                 int32_t* table_out, cudaStream_t stream, const char* op) {
   const int64_t entries = p.batch_size * p.max_pages_per_seq;
   if (entries == 0) return;
   LaunchKernel(StagePagedKvKernel<T>, dim3(static_cast<unsigned>(entries)), kThreads, 0, stream, op, kv,
@@ -125,10 +112,10 @@ void StageRaggedKv(const RaggedAttentionParams& p, void* k_out, void* v_out, cud
                               : LaunchRagged<__half>(p, k_out, v_out, stream, op);
 }
 
-void StagePagedKv(const PagedAttentionParams& p, void* k_out, void* v_out, int32_t* table_out, cudaStream_t stream,
-                  const char* op) {
-  p.dtype == DType::kBFloat16 ? LaunchPaged<__nv_bfloat16>(p, k_out, v_out, table_out, stream, op)
-                              : LaunchPaged<__half>(p, k_out, v_out, table_out, stream, op);
+void StagePagedKv(const PagedAttentionParams& p, const PagedKvParams& kv, void* k_out, void* v_out, int32_t* table_out,
+                  cudaStream_t stream, const char* op) {
+  p.dtype == DType::kBFloat16 ? LaunchPaged<__nv_bfloat16>(p, kv, k_out, v_out, table_out, stream, op)
+                              : LaunchPaged<__half>(p, kv, k_out, v_out, table_out, stream, op);
 }
 
 }  // namespace splitkv::cuda

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "cc/splitkv/cuda/kernel_params.h"
 #include "cc/splitkv/params.h"
 
 namespace splitkv::cuda {
@@ -18,13 +19,14 @@ namespace splitkv::cuda {
 // head_dim] of p.dtype, contiguous.
 void StageRaggedKv(const RaggedAttentionParams& p, void* k_out, void* v_out, cudaStream_t stream, const char* op);
 
-// Enqueues the copy of a paged call's pages into a contiguous HND cache of p.dtype: request
+// Enqueues the copy of a paged call's pages (`kv`: the kernels' view of its cache, page table
+// and lengths) into a contiguous HND cache of p.dtype: request
 // b's page j (j < ceil(seq_lens[b] / page_size)) becomes page b * max_pages_per_seq + j of
 // k_out / v_out ([batch_size * max_pages_per_seq, num_kv_heads, page_size, head_dim]), and
 // table_out [batch_size, max_pages_per_seq] gets b * max_pages_per_seq + j in every entry,
 // the copy's block_tables. Pages past a request's keys are neither read nor written.
-void StagePagedKv(const PagedAttentionParams& p, void* k_out, void* v_out, int32_t* table_out, cudaStream_t stream,
-                  const char* op);
+void StagePagedKv(const PagedAttentionParams& p, const PagedKvParams& kv, void* k_out, void* v_out, int32_t* table_out,
+                  cudaStream_t stream, const char* op);
 
 }  // namespace splitkv::cuda
 

@@ -256,7 +256,7 @@ bool LaunchStagedPaged(const PagedAttentionParams& p, const SplitPlan& plan, con
   if (!PagedServes(staged, plan, ks, op, params, num_ctas, maps)) return false;
   CUtensorMap tm_q;
   if (!EncodeQ(&tm_q, staged, params)) return false;
-  StagePagedKv(p, const_cast<void*>(staged.k_cache), const_cast<void*>(staged.v_cache), table, stream, op);
+  StagePagedKv(p, kv, const_cast<void*>(staged.k_cache), const_cast<void*>(staged.v_cache), table, stream, op);
   params.paged = kv;
   params.paged.k = staged.k_cache;
   params.paged.v = staged.v_cache;
