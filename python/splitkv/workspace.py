@@ -146,8 +146,9 @@ def fp8_prefill_workspace_bytes(num_kv_heads, head_dim, *, total_kv=None, batch_
     a 16-bit copy (q's dtype) of the K/V it reads into the workspace, past the counter region,
     then runs the wgmma kernel over the copy (the copy holds the stored values exactly; the
     kernel applies ``k_scale`` and ``v_scale``). A workspace shorter than this runs the call
-    on the fp8 kernel instead: same results within tolerance, several times slower. Other
-    calls ignore this size. Give ``total_kv`` (ragged calls), or ``batch_size``,
+    on the fp8 kernel instead: same results within tolerance, several times slower. A call
+    the planner splits (a short chunk over long KV at a small batch: pass ``num_splits=1``
+    to keep it whole) and other calls make no copy. Give ``total_kv`` (ragged calls), or ``batch_size``,
     ``max_pages_per_seq`` (the columns of ``block_tables``) and ``page_size`` (paged calls:
     the copy has room for every page of every row of ``block_tables``, since the host does not
     read ``seq_lens``).

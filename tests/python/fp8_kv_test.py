@@ -85,8 +85,9 @@ def test_paged_fp8_matches_reference(device, case):
 def test_paged_fp8_prefill_many_blocks(device, head_dim, num_splits):
     """Chunked prefill over an fp8 cache: query chunks of 97-160 tokens (prefill tiles) over
     up to 700 keys, many key blocks with a short last one and page tails past seq_len (on
-    CUDA the mma.sync kernel streams the bytes by cp.async and converts each block before
-    its mma), causal with a window, per-head scales."""
+    CUDA split plans run the mma.sync kernel, which streams the bytes by cp.async and
+    converts each block before its mma; on sm_90 one split runs the wgmma prefill over a
+    16-bit copy in the workspace), causal with a window, per-head scales."""
     harness.require(device, torch.bfloat16, head_dim)
     problem = harness.make_paged([700, 161, 333], page_size=16, group=4, head_dim=head_dim,
                                  dtype=torch.bfloat16, q_lens=[160, 161, 97], device=device, seed=12)
@@ -385,19 +386,46 @@ def test_fp8_prefill_workspace_with_and_without_room_for_a_copy(device, head_dim
     harness.assert_counter_region_zero(workspace)
     if not (room and device == "cuda" and torch.cuda.get_device_capability() == (9, 0)):
         return
-    # The copy (workspace_layout.h StagedKvLayout: k first, past the counter region).
+    # The copy (workspace_layout.h StagedKvLayout: k past the counter region, then v, each
+    # 256-byte aligned; these sizes are multiples of 256).
     offset = splitkv.COUNTER_REGION_BYTES
     if kind == "ragged":
-        staged = _staged_rows(workspace, offset, k.shape[0], 2, head_dim, dtype)
-        assert torch.equal(staged.cpu(), k.to(dtype)), "the staged copy of k"
-    else:
-        # HND pages, request b's page j at b * max_pages_per_seq + j.
-        max_pages = problem.block_tables.shape[1]
+        for name, stored in (("k", k), ("v", v)):
+            staged = _staged_rows(workspace, offset, k.shape[0], 2, head_dim, dtype)
+            assert torch.equal(staged.cpu(), stored.to(dtype)), f"the staged copy of {name}"
+            offset += staged.numel() * 2
+        return
+    # HND pages, request b's page j at b * max_pages_per_seq + j.
+    max_pages = problem.block_tables.shape[1]
+    for name, rows, scale in (("k", problem.keys, k_scale), ("v", problem.values, v_scale)):
         pages = _staged_rows(workspace, offset, 3 * max_pages * 2 * 16, 1, head_dim, dtype)
+        offset += pages.numel() * 2
         pages = pages.view(3 * max_pages, 2, 16, head_dim).cpu()
-        for b, key in enumerate(problem.keys):
-            stored = (key.float() / k_scale[None, :, None]).to(FP8).to(dtype)  # [kv_len, heads, d]
-            for j in range(0, key.shape[0], 16):
-                slots = min(16, key.shape[0] - j)
+        for b, x in enumerate(rows):
+            stored = (x.float() / scale[None, :, None]).to(FP8).to(dtype)  # [kv_len, heads, d]
+            for j in range(0, x.shape[0], 16):
+                slots = min(16, x.shape[0] - j)
                 got = pages[b * max_pages + j // 16, :, :slots].transpose(0, 1)
-                assert torch.equal(got, stored[j:j + slots]), f"the staged copy of request {b}'s page {j // 16}"
+                assert torch.equal(got, stored[j:j + slots]), f"the staged copy of {name}: request {b}, page {j // 16}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fp8_prefill_split_plan_makes_no_copy(device):
+    """A forced split plan keeps fp8 prefill on the fp8 kernel even with room for the copy:
+    correct, and the workspace past the split partials is left as it was (NaN)."""
+    harness.require(device, torch.bfloat16, 128)
+    problem = harness.make_ragged([150, 60], [400, 60], group=4, head_dim=128, dtype=torch.bfloat16,
+                                  device=device, seed=23)
+    k = (problem.k.cpu().float() / 0.25).to(FP8)
+    v = (problem.v.cpu().float() / 0.5).to(FP8)
+    problem.k, problem.v = k.to(device), v.to(device)
+    nbytes = splitkv.fp8_prefill_workspace_bytes(2, 128, total_kv=k.shape[0])
+    partials = splitkv.required_workspace_bytes(problem.q.shape[0], 8, 128, 3)
+    workspace = splitkv.Workspace(max(nbytes, partials) + (1 << 20), device)
+    harness.fill_garbage(workspace)
+    out = problem.run(workspace, k_scale=0.25, v_scale=0.5, num_splits=3)
+    expected, _ = splitkv_reference.ragged_attention(problem.q.cpu(), k.float() * 0.25, v.float() * 0.5,
+                                                     problem.cu_seqlens_q, problem.cu_seqlens_kv)
+    harness.assert_close(out, expected, torch.bfloat16)
+    harness.assert_counter_region_zero(workspace)
+    assert workspace.tensor[partials:].view(torch.float32).isnan().all(), "no copy past the partials"

@@ -15,7 +15,7 @@
 namespace splitkv::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kStageThreads = 256;
 
 // 8 fp8 elements at src (8-byte aligned), streamed (read once), to 8 of T at dst.
 template <typename T>
@@ -27,16 +27,19 @@ __device__ __forceinline__ void StageChunk(T* dst, const uint8_t* src) {
 
 // Chunk i of [total_kv, num_kv_heads, head_dim / 8] in both k and v (grid-stride).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) StageRaggedKvKernel(const uint8_t* k, const uint8_t* v, T* k_out, T* v_out,
+__global__ void __launch_bounds__(kStageThreads) StageRaggedKvKernel(const uint8_t* k, const uint8_t* v, T* k_out, T* v_out,
                                                                  int64_t k_stride_token, int64_t k_stride_head,
                                                                  int64_t v_stride_token, int64_t v_stride_head,
                                                                  int32_t num_kv_heads, int32_t chunks_log2,
                                                                  int64_t num_chunks) {
   GridDependencyWait();  // before the first global access (ptx.cuh)
-  const int64_t step = int64_t{gridDim.x} * kThreads;
-  for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < num_chunks; i += step) {
-    const int64_t c = i & ((int64_t{1} << chunks_log2) - 1), row = i >> chunks_log2;
-    const int64_t head = row % num_kv_heads, token = row / num_kv_heads;
+  const int64_t step = int64_t{gridDim.x} * kStageThreads;
+  for (int64_t i = int64_t{blockIdx.x} * kStageThreads + threadIdx.x; i < num_chunks; i += step) {
+    // 32-bit division (the host checked total_kv * num_kv_heads fits int32): a 64-bit one
+    // is a long instruction sequence, per 16 bytes of output.
+    const int c = static_cast<int>(i) & ((1 << chunks_log2) - 1);
+    const uint32_t row = static_cast<uint32_t>(i >> chunks_log2);
+    const int64_t head = row % static_cast<uint32_t>(num_kv_heads), token = row / static_cast<uint32_t>(num_kv_heads);
     StageChunk(k_out + i * 8, k + token * k_stride_token + head * k_stride_head + c * 8);
     StageChunk(v_out + i * 8, v + token * v_stride_token + head * v_stride_head + c * 8);
   }
@@ -45,7 +48,7 @@ __global__ void __launch_bounds__(kThreads) StageRaggedKvKernel(const uint8_t* k
 // One CTA a (request, page of its table): the copy's table entry, then the page's slots
 // that hold keys (HND out: [page][head][slot][d]).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) StagePagedKvKernel(PagedKvParams kv, T* k_out, T* v_out,
+__global__ void __launch_bounds__(kStageThreads) StagePagedKvKernel(PagedKvParams kv, T* k_out, T* v_out,
                                                                 int32_t* table_out, int32_t max_pages,
                                                                 int32_t num_kv_heads, int32_t chunks_log2) {
   GridDependencyWait();
@@ -62,8 +65,8 @@ __global__ void __launch_bounds__(kThreads) StagePagedKvKernel(PagedKvParams kv,
   const int64_t page_elems = int64_t{num_kv_heads} << (kv.page_size_log2 + chunks_log2 + 3);
   T* const k_dst = k_out + entry * page_elems;
   T* const v_dst = v_out + entry * page_elems;
-  const int chunks = num_kv_heads * slots << chunks_log2;
-  for (int i = threadIdx.x; i < chunks; i += kThreads) {
+  const int chunks = num_kv_heads * slots << chunks_log2;  // int32: the host checked a page's
+  for (int i = threadIdx.x; i < chunks; i += kStageThreads) {
     const int c = i & ((1 << chunks_log2) - 1), row = i >> chunks_log2;
     const int head = row / slots, slot = row - head * slots;
     const int64_t dst = ((int64_t{head} << kv.page_size_log2) + slot) * (8 << chunks_log2) + c * 8;
@@ -88,8 +91,8 @@ void LaunchRagged(const RaggedAttentionParams& p, void* k_out, void* v_out, cuda
   CheckCuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), op);
   // Eight CTAs an SM of 256 threads, each thread two chunks a step: enough loads in flight
   // for the DRAM, and few enough CTAs that each loops.
-  const int64_t blocks = std::min<int64_t>((num_chunks + kThreads - 1) / kThreads, int64_t{sms} * 8);
-  LaunchKernel(StageRaggedKvKernel<T>, dim3(static_cast<unsigned>(blocks)), kThreads, 0, stream, op,
+  const int64_t blocks = std::min<int64_t>((num_chunks + kStageThreads - 1) / kStageThreads, int64_t{sms} * 8);
+  LaunchKernel(StageRaggedKvKernel<T>, dim3(static_cast<unsigned>(blocks)), kStageThreads, 0, stream, op,
                static_cast<const uint8_t*>(p.k), static_cast<const uint8_t*>(p.v), static_cast<T*>(k_out),
                static_cast<T*>(v_out), p.k_stride_token, p.k_stride_head, p.v_stride_token, p.v_stride_head,
                static_cast<int32_t>(p.num_kv_heads), chunks_log2, num_chunks);
@@ -100,7 +103,7 @@ void LaunchPaged(const PagedAttentionParams& p, const PagedKvParams& kv, void* k
                  int32_t* table_out, cudaStream_t stream, const char* op) {
   const int64_t entries = p.batch_size * p.max_pages_per_seq;
   if (entries == 0) return;
-  LaunchKernel(StagePagedKvKernel<T>, dim3(static_cast<unsigned>(entries)), kThreads, 0, stream, op, kv,
+  LaunchKernel(StagePagedKvKernel<T>, dim3(static_cast<unsigned>(entries)), kStageThreads, 0, stream, op, kv,
                static_cast<T*>(k_out), static_cast<T*>(v_out), table_out, static_cast<int32_t>(p.max_pages_per_seq),
                static_cast<int32_t>(p.num_kv_heads), Log2(p.head_dim / 8));
 }

@@ -193,7 +193,8 @@ uint8_t* WorkspaceBase(const WorkspaceBuffer& w) { return static_cast<uint8_t*>(
 
 bool LaunchStagedRagged(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                         cudaStream_t stream, const char* op) {
-  if (!StagedKvFits(k, plan) || p.total_kv < 1) return false;
+  // The copy kernel's index math is 32-bit (kv_staging.cu).
+  if (!StagedKvFits(k, plan) || p.total_kv < 1 || p.total_kv * p.num_kv_heads > 2147483647) return false;
   const int64_t row_bytes = p.num_kv_heads * p.head_dim * 2;
   if (p.total_kv > p.workspace.bytes / row_bytes / 2) return false;
   const StagedKvLayout layout = ComputeStagedKvLayout(p.total_kv, row_bytes, 0);
@@ -230,7 +231,11 @@ bool LaunchStagedRagged(const RaggedAttentionParams& p, const SplitPlan& plan, c
 // pages needs a larger workspace for the copy.
 bool LaunchStagedPaged(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                        const PagedKvParams& kv, cudaStream_t stream, const char* op) {
-  if (!StagedKvFits(k, plan) || p.cu_seqlens_q == nullptr) return false;
+  // The copy kernel's index math is 32-bit within a page (kv_staging.cu).
+  if (!StagedKvFits(k, plan) || p.cu_seqlens_q == nullptr ||
+      p.num_kv_heads * p.page_size * (p.head_dim / 8) > 2147483647) {
+    return false;
+  }
   const int64_t page_bytes = p.page_size * p.num_kv_heads * p.head_dim * 2;
   if (p.max_pages_per_seq > p.workspace.bytes / page_bytes / 2 / std::max<int64_t>(p.batch_size, 1)) return false;
   const int64_t pages = p.batch_size * p.max_pages_per_seq;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 namespace splitkv::cuda {
 namespace {
@@ -73,7 +74,9 @@ bool EncodeTensorMap(CUtensorMap* map, DType dtype, const void* base, int rank, 
 namespace {
 
 // What a paged cache's maps depend on: a serving loop passes the same cache every step, so
-// the last maps are kept per thread and the driver's encoding runs once.
+// the last two encodings are kept per thread and the driver's encoding runs once per cache
+// (two: an fp8 cache's decode calls alternate with its prefill chunks' 16-bit copy in the
+// workspace, prefill_sm90.cu).
 struct PagedMapsKey {
   const void* k;
   const void* v;
@@ -156,15 +159,22 @@ PagedKvMaps PagedKvMapsFor(const PagedAttentionParams& p, int block_keys) {
                          p.dtype,
                          p.kv_storage.fp8_e4m3,
                          block_keys};
-  thread_local bool have_last = false;
-  thread_local PagedMapsKey last_key;
-  thread_local PagedKvMaps last_maps;
-  if (!have_last || !(last_key == key)) {
-    last_maps = EncodePagedKvMaps(p, block_keys);
-    last_key = key;
-    have_last = true;
+  struct Entry {
+    bool used = false;
+    PagedMapsKey key;
+    PagedKvMaps maps;
+  };
+  thread_local Entry entries[2];  // entries[0] the most recent
+  if (entries[0].used && entries[0].key == key) return entries[0].maps;
+  if (entries[1].used && entries[1].key == key) {
+    std::swap(entries[0], entries[1]);
+    return entries[0].maps;
   }
-  return last_maps;
+  entries[1] = entries[0];
+  entries[0].maps = EncodePagedKvMaps(p, block_keys);
+  entries[0].key = key;
+  entries[0].used = true;
+  return entries[0].maps;
 }
 
 }  // namespace splitkv::cuda
