@@ -68,6 +68,42 @@ def test_argument_errors():
         splitkv.workspace_layout(2**31 - 1, 2**31 - 1, 2**31 - 1, 64)
 
 
+@pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (8, 128), (3, 256)])
+def test_fp8_prefill_workspace_bytes(num_kv_heads, head_dim):
+    # The 16-bit copy: k then v past the counter region, each 256-byte aligned; a paged copy
+    # adds its int32 block table (workspace_layout.h StagedKvLayout).
+    row = num_kv_heads * head_dim * 2
+    for total_kv in (0, 1, 7, 16384):
+        k_end = MIB8 + total_kv * row
+        v_end = _align(k_end) + total_kv * row
+        assert splitkv.fp8_prefill_workspace_bytes(num_kv_heads, head_dim, total_kv=total_kv) == _align(v_end)
+    for batch_size, max_pages, page_size in ((1, 1, 16), (3, 17, 16), (5, 2049, 1), (0, 4, 64)):
+        rows = batch_size * max_pages * page_size
+        table = _align(_align(MIB8 + rows * row) + rows * row)
+        assert splitkv.fp8_prefill_workspace_bytes(
+            num_kv_heads, head_dim, batch_size=batch_size, max_pages_per_seq=max_pages,
+            page_size=page_size) == _align(table + 4 * batch_size * max_pages)
+
+
+def test_fp8_prefill_workspace_bytes_argument_errors():
+    op = "fp8_prefill_workspace_bytes"
+    with pytest.raises(ValueError, match=rf"{op}: arguments not one form: expected total_kv alone, or "
+                       r"batch_size, max_pages_per_seq and page_size together, got .*'total_kv': None"):
+        splitkv.fp8_prefill_workspace_bytes(8, 128)
+    with pytest.raises(ValueError, match=rf"{op}: arguments not one form: .*'total_kv': 5, 'batch_size': 2"):
+        splitkv.fp8_prefill_workspace_bytes(8, 128, total_kv=5, batch_size=2, max_pages_per_seq=3, page_size=16)
+    with pytest.raises(ValueError, match=rf"{op}: arguments not one form: .*'page_size': None"):
+        splitkv.fp8_prefill_workspace_bytes(8, 128, batch_size=2, max_pages_per_seq=3)
+    with pytest.raises(ValueError, match=rf"{op}: total_kv out of range: expected >= 0, got -1"):
+        splitkv.fp8_prefill_workspace_bytes(8, 128, total_kv=-1)
+    with pytest.raises(ValueError, match=rf"{op}: max_pages_per_seq out of range: expected >= 1, got 0"):
+        splitkv.fp8_prefill_workspace_bytes(8, 128, batch_size=2, max_pages_per_seq=0, page_size=16)
+    with pytest.raises(TypeError, match=rf"{op}: head_dim has the wrong type: expected an int, got 128.0"):
+        splitkv.fp8_prefill_workspace_bytes(8, 128.0, total_kv=5)
+    with pytest.raises(ValueError, match=rf"{op}: sizes too large"):
+        splitkv.fp8_prefill_workspace_bytes(2**31 - 1, 2**31 - 1, total_kv=2**31 - 1)
+
+
 def test_plans_of_many_calls_keep_the_counter_region():
     # Paged and ragged calls of many sizes, split or not, on a small and a large workspace:
     # the counters are always bytes [0, 8 MiB) and nothing else is placed there.
