@@ -429,3 +429,38 @@ def test_fp8_prefill_split_plan_makes_no_copy(device):
     harness.assert_close(out, expected, torch.bfloat16)
     harness.assert_counter_region_zero(workspace)
     assert workspace.tensor[partials:].view(torch.float32).isnan().all(), "no copy past the partials"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["ragged", "paged"])
+def test_fp8_prefill_copy_under_graph_replay(kind):
+    """fp8 prefill with room for the 16-bit copy, captured in a CUDA graph: each replay over
+    new K/V values (written into the same tensors) gives the eager call's bits."""
+    harness.require("cuda", torch.bfloat16, 128)
+    if kind == "ragged":
+        problem = harness.make_ragged([200, 33], [260, 33], group=4, head_dim=128, dtype=torch.bfloat16,
+                                      device="cuda", seed=24)
+        problem.k, problem.v = (problem.k / 0.5).to(FP8), (problem.v / 0.5).to(FP8)
+        sources = [problem.k, problem.v]
+        nbytes = splitkv.fp8_prefill_workspace_bytes(2, 128, total_kv=problem.k.shape[0])
+    else:
+        problem = harness.make_paged([260, 33], page_size=16, group=4, head_dim=128, dtype=torch.bfloat16,
+                                     q_lens=[200, 33], device="cuda", seed=24)
+        problem.kv_cache = (problem.kv_cache.float() / 0.5).to(FP8)
+        sources = [problem.kv_cache]
+        nbytes = splitkv.fp8_prefill_workspace_bytes(2, 128, batch_size=2,
+                                                     max_pages_per_seq=problem.block_tables.shape[1], page_size=16)
+    workspace = splitkv.Workspace(nbytes, "cuda")
+    out = torch.empty_like(problem.q)
+    options = dict(k_scale=0.5, v_scale=0.5, num_splits=1, out=out, window_left=100)
+    graph, _ = harness.capture_graph(lambda: problem.run(workspace, **options))
+    generator = torch.Generator().manual_seed(25)
+    for _ in range(2):
+        for x in sources:  # new stored values, NaN tails of the cache kept as they are
+            fresh = (torch.randn(x.shape, generator=generator) * 2).to(FP8).to("cuda")
+            x.copy_(torch.where(x.float().isnan(), x.float(), fresh.float()).to(FP8))
+        graph.replay()
+        replayed = out.clone()
+        eager = problem.run(workspace, **{**options, "out": None})
+        harness.assert_bitwise_equal(replayed, eager)
+    harness.assert_counter_region_zero(workspace)
