@@ -452,7 +452,7 @@ def test_fp8_prefill_copy_under_graph_replay(kind):
                                                      max_pages_per_seq=problem.block_tables.shape[1], page_size=16)
     workspace = splitkv.Workspace(nbytes, "cuda")
     out = torch.empty_like(problem.q)
-    options = dict(k_scale=0.5, v_scale=0.5, num_splits=1, out=out, window_left=100)
+    options = dict(k_scale=0.5, v_scale=0.5, num_splits=1, out=out, window_left=100, max_q_len=200)
     graph, _ = harness.capture_graph(lambda: problem.run(workspace, **options))
     generator = torch.Generator().manual_seed(25)
     for _ in range(2):
