@@ -183,4 +183,31 @@ TEST(TileCounterIndexIsDenseAndFitsTheRegion) {
 
 }  // namespace
 
+// The 16-bit copy of an fp8 call's K/V (StagedKvLayout): k where a one-split call's scratch
+// would start (past the counter region), then v, then the paged copy's block table, each
+// 256-aligned, sizes exact past 2^31.
+TEST(StagedKvFollowsTheCounterRegionAlignedAndExact) {
+  const std::vector<int64_t> rows = {0, 1, 7, 16384, int64_t{3} << 30};
+  const std::vector<int64_t> row_bytes = {128, 2048, 8 * 256 * 2, 96};
+  const std::vector<int64_t> tables = {0, 1, 4097};
+  for (int64_t r : rows) {
+    for (int64_t b : row_bytes) {
+      for (int64_t t : tables) {
+        const splitkv::StagedKvLayout l = splitkv::ComputeStagedKvLayout(r, b, t);
+        EXPECT_EQ(ComputeWorkspaceLayout(LayoutShape{}, 1).scratch_offset, l.k_offset);
+        EXPECT_EQ(kCounterRegionBytes, l.k_offset);
+        const __int128 k_end = __int128{l.k_offset} + __int128{r} * b;
+        EXPECT_EQ(Low64((k_end + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment), l.v_offset);
+        const __int128 v_end = __int128{l.v_offset} + __int128{r} * b;
+        EXPECT_EQ(Low64((v_end + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment),
+                  l.table_offset);
+        const __int128 end = __int128{l.table_offset} + __int128{t} * 4;
+        EXPECT_EQ(Low64((end + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment),
+                  l.required_bytes);
+        EXPECT_EQ(int64_t{0}, l.table_offset % kWorkspaceAlignment);
+      }
+    }
+  }
+}
+
 int main() { return splitkv_test::RunAllTests(); }
