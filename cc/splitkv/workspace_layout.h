@@ -17,6 +17,9 @@
 // row's partials, and a GQA group's rows of one token, are one contiguous run that the
 // merging CTA fetches with one copy.
 //
+// A one-split call over an fp8 cache may instead hold a 16-bit copy of its K/V past the
+// counter region (StagedKvLayout, below).
+//
 // Invariants (README.md, "The workspace contract"): the counter region is always bytes [0, kCounterRegionBytes)
 // whatever the call (nothing whose size depends on the call is placed before it); each
 // launch leaves every counter 0; the softmax and scratch regions may hold anything at launch
