@@ -181,6 +181,13 @@ def fp8_prefill_workspace_bytes(num_kv_heads, head_dim, *, total_kv=None, batch_
     >>> nbytes = splitkv.fp8_prefill_workspace_bytes(8, 128, total_kv=16384)
     >>> nbytes - splitkv.COUNTER_REGION_BYTES  # K and V, 2 bytes an element
     67108864
+    >>> splitkv.fp8_prefill_workspace_bytes(8, 128, batch_size=4, max_pages_per_seq=256,
+    ...                                     page_size=16) - splitkv.COUNTER_REGION_BYTES
+    67112960
+    >>> # block_tables as wide as a 128k context at batch 64: a 32 GiB copy (too large to use)
+    >>> splitkv.fp8_prefill_workspace_bytes(8, 128, batch_size=64, max_pages_per_seq=8192,
+    ...                                     page_size=16) >> 30
+    32
     """
     op = "fp8_prefill_workspace_bytes"
     num_kv_heads = _checks.integer(op, "num_kv_heads", num_kv_heads, 1, ">= 1")
