@@ -319,8 +319,9 @@ void LaunchRaggedTyped(TileKind kind, const AttentionKernelParams& params, const
 template <int kHeadDim>
 void LaunchRagged(DType dtype, TileKind kind, const AttentionKernelParams& params, const RaggedKvParams& kv,
                   int64_t num_tiles, int64_t split_workers, cudaStream_t stream, const char* op) {
-  // An fp8 k/v: the mma.sync kernel's prefill tiles, which dequantise as they load (batch-
-  // invariant fp8 calls run them too, paged and ragged alike: tile_config.h InvariantTile).
+  // An fp8 k/v the wgmma prefill did not take through its 16-bit copy (prefill_sm90.h): the
+  // mma.sync kernel's prefill tiles, which dequantise as they load (batch-invariant fp8 calls
+  // run them too, paged and ragged alike: tile_config.h InvariantTile).
   if (params.kv_fp8) {
     if (dtype == DType::kBFloat16) {
       return KernelInstance<__nv_bfloat16, PrefillShape<kHeadDim>, RaggedFp8KvSource>::Launch(params, kv, num_tiles,
