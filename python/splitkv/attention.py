@@ -23,7 +23,9 @@ _RAGGED = _calls.RAGGED
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """How a call runs: its split count and the workspace bytes it uses.
+    """How a call runs: its split count and the workspace bytes its split partials use (not
+    the 16-bit K/V copy of a one-split fp8 prefill on sm_90: see
+    :func:`fp8_prefill_workspace_bytes`).
 
     Attributes
     ----------
@@ -139,13 +141,18 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         16 x 4096 0.59x); about the bf16 time with at most 4k keys at batch 1-8, where fixed
         costs dominate (docs/bench/h200-2026-12-02-grid/, docs/bench/h200-2026-12-02-fp8-kr2/).
         At head_dim 64: 0.52x at 64 x 4096, 0.80-0.98x in split grids, 1.2x at 1 x 1-4k
-        (docs/bench/h200-2026-12-02-fp8-d64/). Prefill tiles (``cu_seqlens_q``) with one
-        split outside ``batch_invariant`` mode on sm_90, pages of 8+ slots, copy the K/V
-        they read into the workspace as q's dtype (exactly) and run the wgmma prefill over
-        the copy when the workspace holds :func:`fp8_prefill_workspace_bytes` bytes. Every
-        other fp8 call (a shorter workspace, pages under 8 slots, other GPUs) runs the
-        mma.sync kernel, which converts as it loads: correct, several times slower than a
-        16-bit cache at prefill.
+        (docs/bench/h200-2026-12-02-fp8-d64/). Prefill tiles (``cu_seqlens_q`` with
+        ``max_q_len`` x the GQA group above 16 rows) that the sm_90 wgmma prefill would
+        serve over a 16-bit cache (compute capability 9.0, one split, not
+        ``batch_invariant``, pages of 8+ slots, 16-byte aligned q and cache with strides
+        in multiples of 8 elements, a group dividing 128 query rows, or 192 at head_dim 64)
+        copy the K/V they read into the workspace as q's dtype (exactly) and run the wgmma
+        prefill over the copy when the workspace holds :func:`fp8_prefill_workspace_bytes`
+        bytes (sized by ``block_tables``' width). A larger workspace also lets the planner
+        split, and a split call makes no copy: pass ``num_splits=1`` to keep long chunks
+        whole. Every other fp8 call runs the mma.sync kernel, which converts as it loads:
+        correct, several times slower than a 16-bit cache at prefill. Nothing reports which
+        kernel ran.
         Default None: K/V are q's dtype, and giving a scale then is an error.
     kv_offsets, full_seq_lens : torch.Tensor, optional
         Keyword-only, both or neither: ``[batch_size]`` int32, contiguous, on q's device.
@@ -333,11 +340,15 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         V). Each a Python float of 0 or a magnitude in float32's normal range [1.2e-38,
         3.4e38], or a float32 ``[num_kv_heads]`` tensor on q's device (one scale per kv
         head; its values are checked on the CPU backend only, which refuses a non-finite
-        entry). On sm_90 a call with one split outside ``batch_invariant`` mode copies fp8
-        k, v into the workspace as q's dtype (exactly) and runs the wgmma prefill over the
-        copy when the workspace holds :func:`fp8_prefill_workspace_bytes` bytes; otherwise
+        entry). A call the sm_90 wgmma prefill would serve over 16-bit k, v (compute
+        capability 9.0, one split, not ``batch_invariant``, 16-byte aligned q, k, v with
+        strides in multiples of 8 elements, a group dividing 128 query rows, or 192 at
+        head_dim 64) copies fp8 k, v into the workspace as q's dtype (exactly) and runs the
+        wgmma prefill over the copy when the workspace holds
+        :func:`fp8_prefill_workspace_bytes` bytes. A larger workspace also lets the planner
+        split, and a split call makes no copy (``num_splits=1`` keeps it whole). Otherwise
         fp8 k, v run the mma.sync kernel, which converts them exactly as it loads them:
-        correct, several times slower than 16-bit k, v.
+        correct, several times slower than 16-bit k, v. Nothing reports which kernel ran.
         Default None: K/V are q's dtype, and giving a scale then is an error.
 
     Returns

@@ -141,9 +141,11 @@ def fp8_prefill_workspace_bytes(num_kv_heads, head_dim, *, total_kv=None, batch_
                                 max_pages_per_seq=None, page_size=None):
     """Workspace bytes with which an fp8 prefill call runs the 16-bit prefill kernel.
 
-    On a compute capability 9.0 GPU, a prefill call (ragged, or paged with ``cu_seqlens_q``)
-    over fp8 (e4m3) K/V that runs with one split outside ``batch_invariant`` mode first writes
-    a 16-bit copy (q's dtype) of the K/V it reads into the workspace, past the counter region,
+    On a compute capability 9.0 GPU, a prefill call over fp8 (e4m3) K/V that the wgmma
+    prefill would serve over 16-bit K/V (ragged, or paged with ``cu_seqlens_q`` and prefill
+    tiles; one split, not ``batch_invariant``, aligned tensors: see ``k_scale`` in
+    :func:`paged_attention` and :func:`ragged_attention`) first writes a 16-bit copy (q's
+    dtype) of the K/V it reads into the workspace, past the counter region,
     then runs the wgmma kernel over the copy (the copy holds the stored values exactly; the
     kernel applies ``k_scale`` and ``v_scale``). A workspace shorter than this runs the call
     on the fp8 kernel instead: same results within tolerance, several times slower. A call
