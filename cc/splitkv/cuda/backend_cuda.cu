@@ -290,21 +290,7 @@ void PagedAttention(const PagedAttentionParams& p, const SplitPlan& plan) {
   k.cu_seqlens_q = p.cu_seqlens_q;
   k.kv_offsets = p.kv_offsets;
   k.full_seq_lens = p.full_seq_lens;
-  PagedKvParams kv;
-  kv.k = p.k_cache;
-  kv.v = p.v_cache;
-  kv.k_stride_page = p.k_stride_page;
-  kv.k_stride_head = p.k_stride_head;
-  kv.k_stride_slot = p.k_stride_slot;
-  kv.v_stride_page = p.v_stride_page;
-  kv.v_stride_head = p.v_stride_head;
-  kv.v_stride_slot = p.v_stride_slot;
-  kv.block_tables = p.block_tables;
-  kv.block_tables_stride = p.block_tables_stride;
-  kv.seq_lens = p.seq_lens;
-  int log2 = 0;
-  while ((int64_t{1} << log2) < p.page_size) ++log2;
-  kv.page_size_log2 = log2;
+  const PagedKvParams kv = PagedKvParamsOf(p);
   k.kv_vec = KvVec(p);
   // Hopper decode tiles fetch page runs through tensor maps where they apply (tensor_map.h).
   PagedKvMaps maps{};  // box_rows 0: row copies

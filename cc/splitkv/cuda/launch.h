@@ -42,6 +42,25 @@ void EnsureSharedMemory(const char* op) {
   done_devices.fetch_or(bit, std::memory_order_acq_rel);
 }
 
+// The kernels' view of a paged call's cache, page table and lengths (page_size a power of
+// two on CUDA, as the launchers check).
+inline PagedKvParams PagedKvParamsOf(const PagedAttentionParams& p) {
+  PagedKvParams kv;
+  kv.k = p.k_cache;
+  kv.v = p.v_cache;
+  kv.k_stride_page = p.k_stride_page;
+  kv.k_stride_head = p.k_stride_head;
+  kv.k_stride_slot = p.k_stride_slot;
+  kv.v_stride_page = p.v_stride_page;
+  kv.v_stride_head = p.v_stride_head;
+  kv.v_stride_slot = p.v_stride_slot;
+  kv.block_tables = p.block_tables;
+  kv.block_tables_stride = p.block_tables_stride;
+  kv.seq_lens = p.seq_lens;
+  while ((int64_t{1} << kv.page_size_log2) < p.page_size) ++kv.page_size_log2;
+  return kv;
+}
+
 // Enqueues kernel<<<grid, threads, smem_bytes, stream>>>(args...) and checks the launch.
 // Where the sm_90a image runs (DeviceRunsSm90a: its kernels hold the wait below, which the
 // sm_80 image compiles out), the launch allows programmatic stream serialization: the

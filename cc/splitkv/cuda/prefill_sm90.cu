@@ -176,6 +176,47 @@ AttentionKernelParams VecFlags(bool q_vec, bool kv_vec) {
   return k;
 }
 
+// The 16-bit launches (fp8 calls come here with their staged copy's params): the kernel's
+// checks and tensor maps, then `before_launch()` (the fp8 copy, or nothing), then the kernel.
+// Nothing is enqueued when they return false.
+template <typename BeforeLaunch>
+bool LaunchRagged16(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                    cudaStream_t stream, const char* op, BeforeLaunch before_launch) {
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  if (!RaggedServes(p, plan, k, op, params, num_ctas)) return false;
+  const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));
+  CUtensorMap tm_q, tm_k, tm_v;
+  if (!EncodeQ(&tm_q, p, params) ||
+      !EncodeMap(&tm_k, p.dtype, p.k, p.head_dim, p.num_kv_heads, p.total_kv, p.k_stride_head, p.k_stride_token,
+                 1, block_n) ||
+      !EncodeMap(&tm_v, p.dtype, p.v, p.head_dim, p.num_kv_heads, p.total_kv, p.v_stride_head, p.v_stride_token,
+                 1, block_n)) {
+    return false;
+  }
+  before_launch();
+  params.cu_seqlens_kv = p.cu_seqlens_kv;
+  LaunchFor<false>(p.dtype, p.head_dim, tm_q, tm_k, tm_v, params, num_ctas, stream, op);
+  return true;
+}
+
+template <typename BeforeLaunch>
+bool LaunchPaged16(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
+                   const PagedKvParams& kv, cudaStream_t stream, const char* op, BeforeLaunch before_launch) {
+  PrefillSm90Params params;
+  int64_t num_ctas = 0;
+  PagedKvMaps maps{};
+  if (!PagedServes(p, plan, k, op, params, num_ctas, maps)) return false;
+  CUtensorMap tm_q;
+  if (!EncodeQ(&tm_q, p, params)) return false;
+  before_launch();
+  params.paged = kv;
+  params.box_rows = maps.box_rows;
+  params.slot_inner = maps.slot_inner;
+  LaunchFor<true>(p.dtype, p.head_dim, tm_q, maps.k, maps.v, params, num_ctas, stream, op);
+  return true;
+}
+
 // fp8 K/V (default mode, one split): a 16-bit copy of the call's K/V in the workspace
 // (workspace_layout.h StagedKvLayout, kv_staging.h), then the 16-bit kernel over the copy,
 // applying k_scale and v_scale (the kernel params keep kv_fp8 and the scales). Where the
@@ -191,6 +232,14 @@ bool StagedKvFits(const AttentionKernelParams& k, const SplitPlan& plan) {
 
 uint8_t* WorkspaceBase(const WorkspaceBuffer& w) { return static_cast<uint8_t*>(w.data); }
 
+// The kernel params over the copy: kv_fp8 and the scales stay (the kernel applies them); the
+// copy is 256-byte aligned with rows of 64+ elements.
+AttentionKernelParams StagedKernelParams(const AttentionKernelParams& k) {
+  AttentionKernelParams staged = k;
+  staged.kv_vec = true;
+  return staged;
+}
+
 bool LaunchStagedRagged(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                         cudaStream_t stream, const char* op) {
   // The copy kernel's index math is 32-bit (kv_staging.cu).
@@ -205,24 +254,9 @@ bool LaunchStagedRagged(const RaggedAttentionParams& p, const SplitPlan& plan, c
   staged.v = WorkspaceBase(p.workspace) + layout.v_offset;
   staged.k_stride_token = staged.v_stride_token = p.num_kv_heads * p.head_dim;
   staged.k_stride_head = staged.v_stride_head = p.head_dim;
-  AttentionKernelParams ks = k;  // kv_fp8 and the scales stay: the kernel applies them
-  ks.kv_vec = true;              // 256-byte-aligned copy, rows of 64+ elements
-  PrefillSm90Params params;
-  int64_t num_ctas = 0;
-  if (!RaggedServes(staged, plan, ks, op, params, num_ctas)) return false;
-  const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));
-  CUtensorMap tm_q, tm_k, tm_v;
-  if (!EncodeQ(&tm_q, staged, params) ||
-      !EncodeMap(&tm_k, staged.dtype, staged.k, p.head_dim, p.num_kv_heads, p.total_kv, staged.k_stride_head,
-                 staged.k_stride_token, 1, block_n) ||
-      !EncodeMap(&tm_v, staged.dtype, staged.v, p.head_dim, p.num_kv_heads, p.total_kv, staged.v_stride_head,
-                 staged.v_stride_token, 1, block_n)) {
-    return false;
-  }
-  StageRaggedKv(p, const_cast<void*>(staged.k), const_cast<void*>(staged.v), stream, op);
-  params.cu_seqlens_kv = p.cu_seqlens_kv;
-  LaunchFor<false>(p.dtype, p.head_dim, tm_q, tm_k, tm_v, params, num_ctas, stream, op);
-  return true;
+  return LaunchRagged16(staged, plan, StagedKernelParams(k), stream, op, [&] {
+    StageRaggedKv(p, const_cast<void*>(staged.k), const_cast<void*>(staged.v), stream, op);
+  });
 }
 
 // The paged copy is an HND cache of batch_size * max_pages_per_seq pages (request b's page j
@@ -253,27 +287,9 @@ bool LaunchStagedPaged(const PagedAttentionParams& p, const SplitPlan& plan, con
   auto* const table = reinterpret_cast<int32_t*>(WorkspaceBase(p.workspace) + layout.table_offset);
   staged.block_tables = table;
   staged.block_tables_stride = p.max_pages_per_seq;
-  AttentionKernelParams ks = k;
-  ks.kv_vec = true;
-  PrefillSm90Params params;
-  int64_t num_ctas = 0;
-  PagedKvMaps maps{};
-  if (!PagedServes(staged, plan, ks, op, params, num_ctas, maps)) return false;
-  CUtensorMap tm_q;
-  if (!EncodeQ(&tm_q, staged, params)) return false;
-  StagePagedKv(p, kv, const_cast<void*>(staged.k_cache), const_cast<void*>(staged.v_cache), table, stream, op);
-  params.paged = kv;
-  params.paged.k = staged.k_cache;
-  params.paged.v = staged.v_cache;
-  params.paged.k_stride_page = params.paged.v_stride_page = staged.k_stride_page;
-  params.paged.k_stride_head = params.paged.v_stride_head = staged.k_stride_head;
-  params.paged.k_stride_slot = params.paged.v_stride_slot = staged.k_stride_slot;
-  params.paged.block_tables = table;
-  params.paged.block_tables_stride = staged.block_tables_stride;
-  params.box_rows = maps.box_rows;
-  params.slot_inner = maps.slot_inner;
-  LaunchFor<true>(p.dtype, p.head_dim, tm_q, maps.k, maps.v, params, num_ctas, stream, op);
-  return true;
+  return LaunchPaged16(staged, plan, StagedKernelParams(k), PagedKvParamsOf(staged), stream, op, [&] {
+    StagePagedKv(p, kv, const_cast<void*>(staged.k_cache), const_cast<void*>(staged.v_cache), table, stream, op);
+  });
 }
 
 }  // namespace
@@ -294,37 +310,13 @@ bool PagedPrefillSm90ServesInvariant(const PagedAttentionParams& p, bool q_vec, 
 bool LaunchRaggedPrefillSm90(const RaggedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                              cudaStream_t stream, const char* op) {
   if (p.kv_storage.fp8_e4m3) return LaunchStagedRagged(p, plan, k, stream, op);
-  PrefillSm90Params params;
-  int64_t num_ctas = 0;
-  if (!RaggedServes(p, plan, k, op, params, num_ctas)) return false;
-  const uint32_t block_n = PrefillSm90BlockKeys(static_cast<int>(p.head_dim));
-  CUtensorMap tm_q, tm_k, tm_v;
-  if (!EncodeQ(&tm_q, p, params) ||
-      !EncodeMap(&tm_k, p.dtype, p.k, p.head_dim, p.num_kv_heads, p.total_kv, p.k_stride_head, p.k_stride_token,
-                 1, block_n) ||
-      !EncodeMap(&tm_v, p.dtype, p.v, p.head_dim, p.num_kv_heads, p.total_kv, p.v_stride_head, p.v_stride_token,
-                 1, block_n)) {
-    return false;
-  }
-  params.cu_seqlens_kv = p.cu_seqlens_kv;
-  LaunchFor<false>(p.dtype, p.head_dim, tm_q, tm_k, tm_v, params, num_ctas, stream, op);
-  return true;
+  return LaunchRagged16(p, plan, k, stream, op, [] {});
 }
 
 bool LaunchPagedPrefillSm90(const PagedAttentionParams& p, const SplitPlan& plan, const AttentionKernelParams& k,
                             const PagedKvParams& kv, cudaStream_t stream, const char* op) {
   if (p.kv_storage.fp8_e4m3) return LaunchStagedPaged(p, plan, k, kv, stream, op);
-  PrefillSm90Params params;
-  int64_t num_ctas = 0;
-  PagedKvMaps maps{};
-  if (!PagedServes(p, plan, k, op, params, num_ctas, maps)) return false;
-  CUtensorMap tm_q;
-  if (!EncodeQ(&tm_q, p, params)) return false;
-  params.paged = kv;
-  params.box_rows = maps.box_rows;
-  params.slot_inner = maps.slot_inner;
-  LaunchFor<true>(p.dtype, p.head_dim, tm_q, maps.k, maps.v, params, num_ctas, stream, op);
-  return true;
+  return LaunchPaged16(p, plan, k, kv, stream, op, [] {});
 }
 
 }  // namespace splitkv::cuda
