@@ -410,6 +410,73 @@ def test_fp8_prefill_workspace_with_and_without_room_for_a_copy(device, head_dim
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("kind", ["ragged", "paged"])
+def test_fp8_prefill_copy_of_rows_8_byte_aligned(device, head_dim, kind):
+    """fp8 K/V whose row strides are multiples of 8 bytes but not 16 (each row padded by 8
+    bytes, NaN in the padding): on sm_90 the call still takes the 16-bit copy (its 8-byte
+    loads need only 8-byte strides) and the copy is packed. Against float64, the copy holds
+    the stored values, and the counter region stays zero."""
+    harness.require(device, torch.bfloat16, head_dim)
+    if kind == "ragged":
+        problem = harness.make_ragged([130, 0, 77], [130, 50, 201], group=4, head_dim=head_dim,
+                                      dtype=torch.bfloat16, device=device, seed=26)
+        rows = problem.k.shape[0]
+        stored = [(x.cpu().float() / 0.5).to(FP8) for x in (problem.k, problem.v)]
+        padded = [torch.full((rows, 2 * head_dim + 8), float("nan")).to(FP8) for _ in range(2)]
+        for row_major, x in zip(padded, stored):
+            row_major[:, :2 * head_dim] = x.reshape(rows, 2 * head_dim)
+        problem.k, problem.v = (x.to(device)[:, :2 * head_dim].view(rows, 2, head_dim) for x in padded)
+        assert problem.k.stride(0) == problem.v.stride(0) == 2 * head_dim + 8
+        nbytes = splitkv.fp8_prefill_workspace_bytes(2, head_dim, total_kv=rows)
+        expected, expected_lse = splitkv_reference.ragged_attention(
+            problem.q.cpu(), stored[0].float() * 0.5, stored[1].float() * 0.5, problem.cu_seqlens_q,
+            problem.cu_seqlens_kv)
+    else:
+        problem = harness.make_paged([200, 33, 90], page_size=16, group=4, head_dim=head_dim,
+                                     dtype=torch.bfloat16, q_lens=[200, 1, 45], device=device, seed=27)
+        fp8_cache, problem.keys, problem.values = _quantised_paged(problem, 0.5, 0.5)
+        padded = torch.full((*fp8_cache.shape[:-1], head_dim + 8), float("nan")).to(FP8)
+        padded[..., :head_dim] = fp8_cache.cpu()
+        padded = padded.to(device)
+        problem.kv_cache = (padded[:, 0, ..., :head_dim], padded[:, 1, ..., :head_dim])  # HND pair
+        assert problem.kv_cache[0].stride(2) == head_dim + 8
+        stored = [fp8_cache[:, i].cpu() for i in range(2)]
+        nbytes = splitkv.fp8_prefill_workspace_bytes(2, head_dim, batch_size=3,
+                                                     max_pages_per_seq=problem.block_tables.shape[1],
+                                                     page_size=16)
+        expected, expected_lse = problem.reference()
+    workspace = splitkv.Workspace(nbytes, device)
+    harness.fill_garbage(workspace)
+    out = torch.full_like(problem.q, float("nan"))
+    out, lse = problem.run(workspace, out=out, return_lse=True, k_scale=0.5, v_scale=0.5, num_splits=1)
+    harness.assert_close(out, expected, torch.bfloat16)
+    harness.assert_lse_close(lse, expected_lse)
+    harness.assert_counter_region_zero(workspace)
+    if not (device == "cuda" and torch.cuda.get_device_capability() == (9, 0)):
+        return
+    offset = splitkv.COUNTER_REGION_BYTES  # the copy: k, then v (StagedKvLayout)
+    if kind == "ragged":
+        for name, x in zip("kv", stored):
+            staged = _staged_rows(workspace, offset, rows, 2, head_dim, torch.bfloat16)
+            assert torch.equal(staged.cpu(), x.to(torch.bfloat16)), f"the staged copy of {name}"
+            offset += staged.numel() * 2
+        return
+    max_pages = problem.block_tables.shape[1]
+    table = problem.block_tables.cpu()
+    for name, x in zip("kv", stored):  # x: [num_pages, heads, 16, d]
+        pages = _staged_rows(workspace, offset, 3 * max_pages * 2 * 16, 1, head_dim, torch.bfloat16)
+        offset += pages.numel() * 2
+        pages = pages.view(3 * max_pages, 2, 16, head_dim).cpu()
+        for b, kv_len in enumerate(problem.seq_lens.tolist()):
+            for j in range(0, kv_len, 16):
+                slots = min(16, kv_len - j)
+                got = pages[b * max_pages + j // 16, :, :slots]
+                want = x[table[b, j // 16], :, :slots].to(torch.bfloat16)
+                assert torch.equal(got, want), f"the staged copy of {name}: request {b}, page {j // 16}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_fp8_prefill_split_plan_makes_no_copy(device):
     """A forced split plan keeps fp8 prefill on the fp8 kernel even with room for the copy:
     correct, and the workspace past the split partials is left as it was (NaN)."""
