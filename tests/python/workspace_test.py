@@ -417,6 +417,7 @@ def test_threads_with_their_own_workspaces():
 _THREADS_ENV_SCRIPT = """
 import json, sys
 sys.path[:0] = json.loads(sys.argv[1])
+import conftest  # makes splitkv importable as the parent's was (plain pytest: the built extension)
 import torch, splitkv
 workspace = splitkv.Workspace(16 << 20)
 q, kv = torch.randn(1, 2, 64), torch.randn(1, 2, 2, 16, 64)
