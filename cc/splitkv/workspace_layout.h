@@ -107,7 +107,8 @@ struct WorkspaceLayout {
 
 // The layout of a call with `num_splits` splits (num_splits >= 1; shape fields >= 0). Pure
 // arithmetic, no checks: the sizes must fit int64 (the Python wrapper refuses inputs whose
-// scratch bytes reach 2^62). Usable in constant expressions.
+// softmax and scratch bytes together reach 2^62; the planner counts them in 128 bits,
+// split_plan.cc TooLargeToCount). Usable in constant expressions.
 constexpr WorkspaceLayout ComputeWorkspaceLayout(const LayoutShape& shape, int64_t num_splits) {
   WorkspaceLayout layout;
   layout.counter_offset = 0;

@@ -52,6 +52,8 @@ void BindLayout(py::module_& m) {
   m.attr("kCounterRegionBytes") = kCounterRegionBytes;
   m.attr("kWorkspaceAlignment") = kWorkspaceAlignment;
   m.attr("kCounterBytes") = kCounterBytes;
+  m.attr("kSoftmaxStatBytes") = kSoftmaxStatBytes;
+  m.attr("kScratchElementBytes") = kScratchElementBytes;
   m.attr("kMaxCounters") = kMaxCounters;
   m.attr("kStatusOffset") = kStatusOffset;
   m.attr("kStatusWords") = kStatusWords;

@@ -106,9 +106,13 @@ def workspace_layout(total_q, num_qo_heads, head_dim, num_splits):
     num_qo_heads = _checks.integer(op, "num_qo_heads", num_qo_heads, 1, ">= 1")
     head_dim = _checks.integer(op, "head_dim", head_dim, 1, ">= 1")
     num_splits = _checks.integer(op, "num_splits", num_splits, 1, ">= 1")
-    scratch = num_splits * total_q * num_qo_heads * head_dim * 4
-    if num_splits > 1 and scratch >= _MAX_LAYOUT_BYTES:  # one split: the counter region only
-        _checks.fail(op, "sizes", "too large", f"scratch bytes below 2**62", scratch)
+    # The partials' bytes, exactly (Python ints), so that ComputeWorkspaceLayout's int64 sums
+    # (these, the counter region and alignment) cannot overflow: the softmax stats count too,
+    # which at head_dim 1 or 2 are as large as the scratch. One split: the counter region only.
+    partials = num_splits * total_q * num_qo_heads if num_splits > 1 else 0
+    split_bytes = partials * (_splitkv.kSoftmaxStatBytes + head_dim * _splitkv.kScratchElementBytes)
+    if split_bytes >= _MAX_LAYOUT_BYTES:
+        _checks.fail(op, "sizes", "too large", "softmax and scratch bytes below 2**62", split_bytes)
     shape = _splitkv.LayoutShape(total_q, num_qo_heads, head_dim)
     return WorkspaceLayout._from_ext(_splitkv.ComputeWorkspaceLayout(shape, num_splits))
 
@@ -209,8 +213,9 @@ def fp8_prefill_workspace_bytes(num_kv_heads, head_dim, *, total_kv=None, batch_
         rows = pages * _checks.integer(op, "page_size", page_size, 1, ">= 1")
         table_entries = pages
     row_bytes = num_kv_heads * head_dim * 2
-    if 2 * rows * row_bytes + 4 * table_entries >= _MAX_LAYOUT_BYTES:
-        _checks.fail(op, "sizes", "too large", "bytes below 2**62", 2 * rows * row_bytes)
+    copy_bytes = 2 * rows * row_bytes + 4 * table_entries  # K, V and the paged copy's table
+    if copy_bytes >= _MAX_LAYOUT_BYTES:
+        _checks.fail(op, "sizes", "too large", "bytes below 2**62", copy_bytes)
     return _splitkv.ComputeStagedKvLayout(rows, row_bytes, table_entries).required_bytes
 
 

@@ -68,6 +68,34 @@ def test_argument_errors():
         splitkv.workspace_layout(2**31 - 1, 2**31 - 1, 2**31 - 1, 64)
 
 
+@pytest.mark.parametrize("total_q,num_qo_heads,head_dim,num_splits", [
+    (2**30 - 1, 1, 1, 2**30),           # softmax stats twice the scratch: 2**62 - 2**33 in all
+    (2147483632, 134217729, 2, 2),      # stats as large as the scratch
+    (2**29, 1, 2**31 - 1, 4),           # the scratch alone
+])
+def test_sizes_past_int64_byte_counts_are_refused(total_q, num_qo_heads, head_dim, num_splits):
+    # Layouts whose softmax stats and scratch together reach 2**62 bytes are refused, whatever
+    # the share of either; they once passed a check of the scratch alone and came back as
+    # negative sizes (int64 wrap in ComputeWorkspaceLayout).
+    partials = total_q * num_qo_heads * num_splits
+    expected = partials * (8 + 4 * head_dim)
+    assert expected >= 2**62
+    for function in (splitkv.workspace_layout, splitkv.required_workspace_bytes):
+        with pytest.raises(ValueError, match=rf"^workspace_layout: sizes too large: expected softmax and "
+                           rf"scratch bytes below 2\*\*62, got {expected}$"):
+            function(total_q, num_qo_heads, head_dim, num_splits)
+
+
+
+def test_sizes_just_below_the_bound_are_counted_exactly():
+    # 1.5 * 2**61 bytes of stats and scratch at head_dim 1: exact, positive sizes.
+    total_q, num_splits = 2**30 - 1, 2**28
+    partials = total_q * num_splits
+    layout = splitkv.workspace_layout(total_q, 1, 1, num_splits)
+    assert layout.softmax_bytes == 8 * partials and layout.scratch_bytes == 4 * partials
+    assert layout.required_bytes == _align(_align(MIB8 + 8 * partials) + 4 * partials)
+
+
 @pytest.mark.parametrize("num_kv_heads,head_dim", [(1, 64), (8, 128), (3, 256)])
 def test_fp8_prefill_workspace_bytes(num_kv_heads, head_dim):
     # The 16-bit copy: k then v past the counter region, each 256-byte aligned; a paged copy
@@ -102,6 +130,10 @@ def test_fp8_prefill_workspace_bytes_argument_errors():
         splitkv.fp8_prefill_workspace_bytes(8, 128.0, total_kv=5)
     with pytest.raises(ValueError, match=rf"{op}: sizes too large"):
         splitkv.fp8_prefill_workspace_bytes(2**31 - 1, 2**31 - 1, total_kv=2**31 - 1)
+    # The figure refused is the one checked: K, V and the table's 4 bytes an entry.
+    with pytest.raises(ValueError, match=rf"^{op}: sizes too large: expected bytes below 2\*\*62, "
+                       rf"got {2**61 + 4 * 2**59}$"):
+        splitkv.fp8_prefill_workspace_bytes(1, 1, batch_size=2**29, max_pages_per_seq=2**30, page_size=1)
 
 
 def test_plans_of_many_calls_keep_the_counter_region():
