@@ -248,7 +248,9 @@ def flag(op, name, value):
     # Python bools only: 1, 1.0, numpy and tensor bools compare equal to True and would be
     # converted silently.
     if not isinstance(value, bool):
-        fail(op, name, "has the wrong type", "a bool", repr(value), error=TypeError)
+        # _type_text, not repr: a tensor's repr is its values, which torch.compile cannot
+        # trace (fullgraph would then lose this message).
+        fail(op, name, "has the wrong type", "a bool", _type_text(value), error=TypeError)
     return value
 
 

@@ -543,7 +543,9 @@ def check_counter_region(workspace):
 
 
 # Storages (device, base address) that a call is using now: a second call on any view of
-# the same memory, from another thread, is refused rather than left to race on the counters.
+# the same storage, from another thread, is refused rather than left to race on the counters.
+# Distinct storages over overlapping memory (two torch.from_numpy of one array) are not
+# detected: keys are storages, not byte ranges (docs/bad_inputs.md, Concurrency).
 _in_use = {}
 # CUDA: per storage, the C++ StreamOrder of its launches (an event per stream, recorded after
 # each launch; a launch on another stream first waits for the last one on the GPU), so one

@@ -615,7 +615,7 @@ ROWS = [
         _P + "causal has the wrong type: expected a bool, got 1.0",
         lambda p, ws, d: _paged_call(p, ws, causal=1.0)),
     Row("batch_invariant_tensor", "ragged", "batch_invariant a torch bool tensor", TypeError,
-        _R + "batch_invariant has the wrong type: expected a bool, got tensor(True)",
+        _R + "batch_invariant has the wrong type: expected a bool, got a torch.bool tensor of shape ()",
         lambda p, ws, d: _ragged_call(p, ws, batch_invariant=torch.tensor(True))),
     # Scalar options from tensors: reading one is a silent conversion (a device sync on CUDA).
     Row("sm_scale_tensor", "paged", "sm_scale a one-element tensor", TypeError,

@@ -284,15 +284,22 @@ _PREFIX = "splitkv.integrations.transformers: "
      "write_index size mismatch: expected 3 (one slot per new token; padded batches for CUDA "
      "graphs are not supported), got 4"),
     (dict(sliding_window=-1),
-     "sliding_window unsupported: expected None, 0 (no window) or an int >= 1 (a token sees "
-     "itself and the sliding_window - 1 before it), got -1"),
+     "sliding_window unsupported: expected None, 0 (no window) or an int >= 2 (a token sees "
+     "itself and the sliding_window - 1 before it; transformers' paged cache reads 1 as no "
+     "window), got -1"),
     (dict(sliding_window=2.7),  # never truncated to a window of 2
-     "sliding_window unsupported: expected None, 0 (no window) or an int >= 1 (a token sees "
-     "itself and the sliding_window - 1 before it), got 2.7"),
+     "sliding_window unsupported: expected None, 0 (no window) or an int >= 2 (a token sees "
+     "itself and the sliding_window - 1 before it; transformers' paged cache reads 1 as no "
+     "window), got 2.7"),
+    (dict(sliding_window=1),  # transformers' cache would give this layer every cached key
+     "sliding_window unsupported: expected None, 0 (no window) or an int >= 2 (a token sees "
+     "itself and the sliding_window - 1 before it; transformers' paged cache reads 1 as no "
+     "window), got 1"),
     (dict(query_batch=2),  # a second batch row was silently left out before
      "query shape unsupported: expected [1, heads, total_q, head_dim] (continuous batching's "
      "packed batch), got (2, 8, 3, 64)"),
-], ids=["dropout", "block_table", "padded_batch", "negative_window", "float_window", "batch_of_2"])
+], ids=["dropout", "block_table", "padded_batch", "negative_window", "float_window", "window_of_1",
+         "batch_of_2"])
 def test_layer_call_refusals(edit, message):
     module, q, k, kwargs = _layer_inputs()
     edit = dict(edit)

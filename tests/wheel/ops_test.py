@@ -241,6 +241,28 @@ def test_trace_time_refusals():
     harness.assert_counter_region_zero(workspace)
 
 
+@pytest.mark.parametrize("name", ["causal", "return_lse", "batch_invariant"])
+def test_trace_time_refusal_of_a_tensor_flag(name):
+    """A flag passed as a tensor is refused under fullgraph with splitkv's message too (the
+    message names the tensor by dtype and shape: its repr, its values, cannot be traced)."""
+    p = _paged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+    message = (f"paged_attention: {name} has the wrong type: expected a bool, got a torch.bool "
+               "tensor of shape ()")
+
+    def call(q, kv_cache, block_tables, seq_lens, workspace, flag):
+        return splitkv.ops.paged_attention(q, kv_cache, block_tables, seq_lens, workspace, **{name: flag})
+
+    args = (p.q, p.kv_cache, p.block_tables, p.seq_lens, workspace, torch.tensor(True))
+    with pytest.raises(TypeError) as caught:
+        call(*args)
+    assert str(caught.value) == message
+    with pytest.raises(Exception) as caught:  # noqa: B017 - torch's own exception class
+        torch.compile(call, fullgraph=True, backend="eager")(*args)
+    assert message in str(caught.value)
+    harness.assert_counter_region_zero(workspace)
+
+
 # Bad arguments of a paged call: what is wrong -> how the message starts.
 BAD_PAGED = {
     "seq_lens_int64": "paged_attention: seq_lens dtype unsupported",

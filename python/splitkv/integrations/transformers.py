@@ -165,9 +165,13 @@ def _layer_window(module, kwargs):
     window = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
     if window is None or window is False or window == 0:  # transformers' "no window"
         return "full_attention", -1
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        _refuse("sliding_window unsupported", "None, 0 (no window) or an int >= 1 (a token "
-                "sees itself and the sliding_window - 1 before it)", repr(window))
+    # 1 (a token sees only itself) is refused too: transformers' paged cache takes a layer
+    # whose sliding window is 1 for a full-attention one (cache.py, transformers 5.17), so its
+    # decode steps would hand this layer every cached key, not the window's.
+    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+        _refuse("sliding_window unsupported", "None, 0 (no window) or an int >= 2 (a token "
+                "sees itself and the sliding_window - 1 before it; transformers' paged cache "
+                "reads 1 as no window)", repr(window))
     return "sliding_attention", window - 1
 
 
@@ -243,7 +247,8 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         No paged cache (a forward outside continuous batching), dropout != 0, a decode
         fast-path block table, a padded batch (CUDA graphs), query / key / value not
         ``[1, heads, total_q, head_dim]``, a sliding_window that is not None, 0 or an int
-        >= 1, or any of splitkv's own refusals (dtype, head_dim, ...).
+        >= 2 (transformers' paged cache reads 1 as no window), or any of splitkv's own
+        refusals (dtype, head_dim, ...).
     """
     cache = kwargs.get("cache")
     if cache is None:
