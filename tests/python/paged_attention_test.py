@@ -165,3 +165,27 @@ def test_planner_splits_a_long_sequence(device):
     expected, _ = problem.reference()
     harness.assert_close(out, expected, torch.bfloat16)
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("head_dim, q_len", [(8, 1), (64, 1), (16, 16)],
+                         ids=["d8 decode", "d64 decode", "d16 chunk of 16"])
+def test_millions_of_keys_in_one_split_keep_float32_sums(head_dim, q_len):
+    """2**22 keys of equal logits in one split (every block_tables entry is page 0, whose
+    rows are equal): every weight is 1, so out is exactly v. The block sums (64 keys) and the
+    running sums they add to are integers below float32's limits here. The CPU backend added
+    p v key by key into the running sum, which past 2**24 drops the late keys' share (d8 gave
+    4.8 for 5 and 7.43 for 7); the decode (direct), generic and row-lane kernels each add a
+    block's sum once now."""
+    page_size, num_keys = 256, 2**22
+    k_row = torch.arange(1, head_dim + 1, dtype=torch.float32) / head_dim
+    v_row = torch.arange(1, head_dim + 1, dtype=torch.float32)
+    kv_cache = torch.stack([k_row.expand(1, page_size, head_dim), v_row.expand(1, page_size, head_dim)])
+    kv_cache = kv_cache.unsqueeze(0).contiguous()  # [1 page, 2, 1 head, page_size, head_dim] (HND)
+    block_tables = torch.zeros(1, num_keys // page_size, dtype=torch.int32)
+    seq_lens = torch.tensor([num_keys], dtype=torch.int32)
+    q = torch.full((q_len, 1, head_dim), 0.5)
+    cu_seqlens_q = torch.tensor([0, q_len], dtype=torch.int32) if q_len > 1 else None
+    out = torch.full_like(q, float("nan"))
+    splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, harness.shared_workspace("cpu"),
+                            cu_seqlens_q=cu_seqlens_q, causal=False, num_splits=1, out=out)
+    assert torch.equal(out, v_row.expand(q_len, 1, head_dim)), out[:, 0, :8]

@@ -84,13 +84,15 @@ inline void ScoreRowsDirect(const float* q, int64_t d, const T* const* kp, int64
 }
 
 // acc[r][e0 + kL c + .] += sum_{j in [jlo, jhi)} p[r * kBlock + j] v_j[...] for R rows and
-// CE chunks of kL output elements.
+// CE chunks of kL output elements. The block's sum is formed apart and added once, as the
+// row sums are: added key by key into a running sum of millions of keys, float32 lost the
+// keys' share (4 % off at 2^22 keys in one split; attention_tile.h AccumulateRows).
 template <int R, int CE, typename T>
 inline void AccumulateRowsDirect(const float* p, const T* const* vp, int64_t jlo, int64_t jhi, float* acc,
                                  int64_t d, int64_t e0) {
   V a[R][CE];
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < CE; ++c) a[r][c] = Simd::Load(acc + r * d + e0 + kL * c);
+    for (int c = 0; c < CE; ++c) a[r][c] = Simd::Zero();
   }
   for (int64_t j = jlo; j < jhi; ++j) {
     V v[CE];
@@ -101,7 +103,10 @@ inline void AccumulateRowsDirect(const float* p, const T* const* vp, int64_t jlo
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < CE; ++c) Simd::Store(acc + r * d + e0 + kL * c, a[r][c]);
+    for (int c = 0; c < CE; ++c) {
+      float* const out = acc + r * d + e0 + kL * c;
+      Simd::Store(out, Simd::Add(Simd::Load(out), a[r][c]));
+    }
   }
 }
 
@@ -283,14 +288,14 @@ inline bool Bf16DotExact(int q_min_exponent, int k_min_exponent) {
 
 // ot[(e0 + ee) * rp + lanes] = ot * rescale + sum_j v_j[e0 + ee] pt[j * rp + lanes], for EB
 // output elements and C chunks of rows. Masked: a lane adds key j only if lo <= kb + j < hi,
-// so an invisible key's value (even NaN) never meets a zero weight.
+// so an invisible key's value (even NaN) never meets a zero weight. The block's sum is formed
+// apart and added once (see AccumulateRowsDirect).
 template <int C, int EB, bool kMasked>
 inline void AccumulateBlockT(const float* pt, int64_t rp, const float* const* vp, int64_t nb, int64_t e0,
                              float* ot, const float* rescale, const int32_t* lo, const int32_t* hi, int64_t kb) {
   V acc[EB][C];
   for (int c = 0; c < C; ++c) {
-    const V rs = Simd::Load(rescale + kL * c);
-    for (int ee = 0; ee < EB; ++ee) acc[ee][c] = Simd::Mul(Simd::Load(ot + (e0 + ee) * rp + kL * c), rs);
+    for (int ee = 0; ee < EB; ++ee) acc[ee][c] = Simd::Zero();
   }
   VI lo_v[C], hi_v[C];
   if constexpr (kMasked) {
@@ -317,8 +322,12 @@ inline void AccumulateBlockT(const float* pt, int64_t rp, const float* const* vp
       }
     }
   }
-  for (int ee = 0; ee < EB; ++ee) {
-    for (int c = 0; c < C; ++c) Simd::Store(ot + (e0 + ee) * rp + kL * c, acc[ee][c]);
+  for (int c = 0; c < C; ++c) {
+    const V rs = Simd::Load(rescale + kL * c);
+    for (int ee = 0; ee < EB; ++ee) {
+      float* const out = ot + (e0 + ee) * rp + kL * c;
+      Simd::Store(out, Simd::Add(Simd::Mul(Simd::Load(out), rs), acc[ee][c]));
+    }
   }
 }
 
