@@ -616,10 +616,13 @@ SplitPlan PlanRagged(const ArgChecks& check, const RaggedAttentionParams& p) {
 // rather than the bound or the tile count it led to. Returns the longest segment (0 without
 // `cu`, or with sizes the shape checks will refuse). Plans read no index values (launchers.h);
 // nor does a call with no query rows, which launches nothing.
+// The pointer's alignment is checked here first, as the later checks would refuse it: a
+// misaligned array would otherwise be read before that, its values shifted by its offset.
 int64_t CheckHostCuSeqlens(const ArgChecks& check, const char* arg, const int32_t* cu, int64_t batch_size,
                            int64_t total, const char* total_name) {
-  return cu != nullptr && batch_size >= 0 && total >= 0 ? CheckCuSeqlens(check, arg, cu, batch_size, total, total_name)
-                                                        : 0;
+  if (cu == nullptr || batch_size < 0 || total < 0) return 0;
+  check.Aligned(arg, cu, 4);
+  return CheckCuSeqlens(check, arg, cu, batch_size, total, total_name);
 }
 
 }  // namespace

@@ -306,6 +306,18 @@ TEST(RaggedBadArgumentsAreRefused) {
         {"cu_seqlens_q[batch_size] does not match total_q", "expected 5", "got 6"}},
       B{"max_q_len short", Kind::kInvalidArgument, [](auto&, auto& p) { p.max_q_len = 2; },
         {"max_q_len is below the longest query", ">= 3", "got 2"}},
+      // Refused before any value is read (the host check of their values read them shifted,
+      // one byte past the array's end, and named a value never written).
+      B{"cu_seqlens_q misaligned", Kind::kInvalidArgument,
+        [](auto&, auto& p) {
+          p.cu_seqlens_q = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.cu_seqlens_q) + 1);
+        },
+        {"cu_seqlens_q misaligned", "% 4 = 1"}},
+      B{"cu_seqlens_kv misaligned", Kind::kInvalidArgument,
+        [](auto&, auto& p) {
+          p.cu_seqlens_kv = reinterpret_cast<const int32_t*>(reinterpret_cast<const char*>(p.cu_seqlens_kv) + 2);
+        },
+        {"cu_seqlens_kv misaligned", "% 4 = 2"}},
   };
   calls.insert(calls.end(), ragged.begin(), ragged.end());
   CheckRefused<RaggedProblem, RaggedAttentionParams>(base, "ragged_attention", calls, &splitkv::LaunchRaggedAttention);
