@@ -200,6 +200,7 @@ inline void AccumulateRows(const float* p, const float* v, float* out, int64_t n
 // Per-thread buffers, reused across tasks.
 struct TileScratch {
   Vector<float> q, acc, keys, values, scores, row_max, row_sum;
+  Vector<float> block_pv;  // one row's P V over one block (AccumulateOwnKeys)
   Vector<int64_t> key_lo, key_hi;
   Vector<int64_t> row_lo, row_hi;  // visible keys of each row (block kernels)
 };
@@ -209,11 +210,13 @@ struct TileScratch {
 inline void AccumulateOwnKeys(TileScratch& s, int64_t r, int64_t d) {
   const float* p = &s.scores[r * kKeyBlock];
   float* out = &s.acc[r * d];
-  for (int64_t e = 0; e < d; ++e) {
-    float sum = 0.0f;
-    for (int64_t j = s.key_lo[r]; j < s.key_hi[r]; ++j) sum += p[j] * s.values[j * d + e];
-    out[e] += sum;
+  s.block_pv.assign(d, 0.0f);
+  float* const pv = s.block_pv.data();
+  for (int64_t j = s.key_lo[r]; j < s.key_hi[r]; ++j) {
+    const float* v = &s.values[j * d];
+    for (int64_t e = 0; e < d; ++e) pv[e] += p[j] * v[e];
   }
+  for (int64_t e = 0; e < d; ++e) out[e] += pv[e];
 }
 
 // The element type a KV source's rows hold (T, float for a dequantised fp8 source).
