@@ -75,15 +75,9 @@ __global__ void __launch_bounds__(kStageThreads) StagePagedKvKernel(PagedKvParam
   }
 }
 
-int Log2(int64_t x) {
-  int n = 0;
-  while ((int64_t{1} << n) < x) ++n;
-  return n;
-}
-
 template <typename T>
 void LaunchRagged(const RaggedAttentionParams& p, void* k_out, void* v_out, cudaStream_t stream, const char* op) {
-  const int chunks_log2 = Log2(p.head_dim / 8);
+  const int chunks_log2 = CeilLog2(p.head_dim / 8);
   const int64_t num_chunks = p.total_kv * p.num_kv_heads << chunks_log2;
   if (num_chunks == 0) return;
   int device = 0, sms = 0;
@@ -105,7 +99,7 @@ void LaunchPaged(const PagedAttentionParams& p, const PagedKvParams& kv, void* k
   if (entries == 0) return;
   LaunchKernel(StagePagedKvKernel<T>, dim3(static_cast<unsigned>(entries)), kStageThreads, 0, stream, op, kv,
                static_cast<T*>(k_out), static_cast<T*>(v_out), table_out, static_cast<int32_t>(p.max_pages_per_seq),
-               static_cast<int32_t>(p.num_kv_heads), Log2(p.head_dim / 8));
+               static_cast<int32_t>(p.num_kv_heads), CeilLog2(p.head_dim / 8));
 }
 
 }  // namespace

@@ -42,6 +42,13 @@ void EnsureSharedMemory(const char* op) {
   done_devices.fetch_or(bit, std::memory_order_acq_rel);
 }
 
+// The smallest n with 2^n >= x (x >= 1): the shift of a power of two the launchers checked.
+inline int CeilLog2(int64_t x) {
+  int n = 0;
+  while ((int64_t{1} << n) < x) ++n;
+  return n;
+}
+
 // The kernels' view of a paged call's cache, page table and lengths (page_size a power of
 // two on CUDA, as the launchers check).
 inline PagedKvParams PagedKvParamsOf(const PagedAttentionParams& p) {
@@ -57,7 +64,7 @@ inline PagedKvParams PagedKvParamsOf(const PagedAttentionParams& p) {
   kv.block_tables = p.block_tables;
   kv.block_tables_stride = p.block_tables_stride;
   kv.seq_lens = p.seq_lens;
-  while ((int64_t{1} << kv.page_size_log2) < p.page_size) ++kv.page_size_log2;
+  kv.page_size_log2 = CeilLog2(p.page_size);
   return kv;
 }
 
