@@ -343,6 +343,35 @@ def _staged_rows(workspace, offset, rows, num_kv_heads, head_dim, dtype):
     return workspace.tensor[offset:offset + nbytes].view(dtype).view(rows, num_kv_heads, head_dim)
 
 
+# The staged copy (workspace_layout.h StagedKvLayout): k past the counter region, then v,
+# each 256-byte aligned (the tests' sizes are multiples of 256), 2 kv heads.
+def _assert_ragged_copy(workspace, stored_k, stored_v, head_dim, dtype):
+    """The copy holds the fp8 k and v ([total_kv, 2, head_dim]) as dtype, exactly."""
+    offset = splitkv.COUNTER_REGION_BYTES
+    for name, stored in (("k", stored_k), ("v", stored_v)):
+        staged = _staged_rows(workspace, offset, stored.shape[0], 2, head_dim, dtype)
+        assert torch.equal(staged.cpu(), stored.to(dtype)), f"the staged copy of {name}"
+        offset += staged.numel() * 2
+
+
+def _assert_paged_copy(workspace, problem, k_scale, v_scale, head_dim, dtype):
+    """The copy holds each request's stored keys and values (problem.keys / values over
+    the scales, as fp8, then dtype) in HND pages of 16 slots, request b's page j at
+    b * max_pages_per_seq + j, exactly."""
+    offset = splitkv.COUNTER_REGION_BYTES
+    batch_size, max_pages = problem.block_tables.shape
+    for name, rows, scale in (("k", problem.keys, k_scale), ("v", problem.values, v_scale)):
+        pages = _staged_rows(workspace, offset, batch_size * max_pages * 2 * 16, 1, head_dim, dtype)
+        offset += pages.numel() * 2
+        pages = pages.view(batch_size * max_pages, 2, 16, head_dim).cpu()
+        for b, x in enumerate(rows):
+            stored = (x.float() / _per_head(scale, 1, 3)).to(FP8).to(dtype)  # [kv_len, heads, d]
+            for j in range(0, x.shape[0], 16):
+                slots = min(16, x.shape[0] - j)
+                got = pages[b * max_pages + j // 16, :, :slots].transpose(0, 1)
+                assert torch.equal(got, stored[j:j + slots]), f"the staged copy of {name}: request {b}, page {j // 16}"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -386,27 +415,10 @@ def test_fp8_prefill_workspace_with_and_without_room_for_a_copy(device, head_dim
     harness.assert_counter_region_zero(workspace)
     if not (room and device == "cuda" and torch.cuda.get_device_capability() == (9, 0)):
         return
-    # The copy (workspace_layout.h StagedKvLayout: k past the counter region, then v, each
-    # 256-byte aligned; these sizes are multiples of 256).
-    offset = splitkv.COUNTER_REGION_BYTES
     if kind == "ragged":
-        for name, stored in (("k", k), ("v", v)):
-            staged = _staged_rows(workspace, offset, k.shape[0], 2, head_dim, dtype)
-            assert torch.equal(staged.cpu(), stored.to(dtype)), f"the staged copy of {name}"
-            offset += staged.numel() * 2
-        return
-    # HND pages, request b's page j at b * max_pages_per_seq + j.
-    max_pages = problem.block_tables.shape[1]
-    for name, rows, scale in (("k", problem.keys, k_scale), ("v", problem.values, v_scale)):
-        pages = _staged_rows(workspace, offset, 3 * max_pages * 2 * 16, 1, head_dim, dtype)
-        offset += pages.numel() * 2
-        pages = pages.view(3 * max_pages, 2, 16, head_dim).cpu()
-        for b, x in enumerate(rows):
-            stored = (x.float() / scale[None, :, None]).to(FP8).to(dtype)  # [kv_len, heads, d]
-            for j in range(0, x.shape[0], 16):
-                slots = min(16, x.shape[0] - j)
-                got = pages[b * max_pages + j // 16, :, :slots].transpose(0, 1)
-                assert torch.equal(got, stored[j:j + slots]), f"the staged copy of {name}: request {b}, page {j // 16}"
+        _assert_ragged_copy(workspace, k, v, head_dim, dtype)
+    else:
+        _assert_paged_copy(workspace, problem, k_scale, v_scale, head_dim, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -441,7 +453,6 @@ def test_fp8_prefill_copy_of_rows_8_byte_aligned(device, head_dim, kind):
         padded = padded.to(device)
         problem.kv_cache = (padded[:, 0, ..., :head_dim], padded[:, 1, ..., :head_dim])  # HND pair
         assert problem.kv_cache[0].stride(2) == head_dim + 8
-        stored = [fp8_cache[:, i].cpu() for i in range(2)]
         nbytes = splitkv.fp8_prefill_workspace_bytes(2, head_dim, batch_size=3,
                                                      max_pages_per_seq=problem.block_tables.shape[1],
                                                      page_size=16)
@@ -455,25 +466,10 @@ def test_fp8_prefill_copy_of_rows_8_byte_aligned(device, head_dim, kind):
     harness.assert_counter_region_zero(workspace)
     if not (device == "cuda" and torch.cuda.get_device_capability() == (9, 0)):
         return
-    offset = splitkv.COUNTER_REGION_BYTES  # the copy: k, then v (StagedKvLayout)
     if kind == "ragged":
-        for name, x in zip("kv", stored):
-            staged = _staged_rows(workspace, offset, rows, 2, head_dim, torch.bfloat16)
-            assert torch.equal(staged.cpu(), x.to(torch.bfloat16)), f"the staged copy of {name}"
-            offset += staged.numel() * 2
-        return
-    max_pages = problem.block_tables.shape[1]
-    table = problem.block_tables.cpu()
-    for name, x in zip("kv", stored):  # x: [num_pages, heads, 16, d]
-        pages = _staged_rows(workspace, offset, 3 * max_pages * 2 * 16, 1, head_dim, torch.bfloat16)
-        offset += pages.numel() * 2
-        pages = pages.view(3 * max_pages, 2, 16, head_dim).cpu()
-        for b, kv_len in enumerate(problem.seq_lens.tolist()):
-            for j in range(0, kv_len, 16):
-                slots = min(16, kv_len - j)
-                got = pages[b * max_pages + j // 16, :, :slots]
-                want = x[table[b, j // 16], :, :slots].to(torch.bfloat16)
-                assert torch.equal(got, want), f"the staged copy of {name}: request {b}, page {j // 16}"
+        _assert_ragged_copy(workspace, *stored, head_dim, torch.bfloat16)
+    else:
+        _assert_paged_copy(workspace, problem, 0.5, 0.5, head_dim, torch.bfloat16)
 
 
 @pytest.mark.parametrize("device", DEVICES)
