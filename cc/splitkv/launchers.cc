@@ -43,7 +43,7 @@ void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const 
     if (kv.k_scale != 1.0f || kv.v_scale != 1.0f || kv.k_scales != nullptr || kv.v_scales != nullptr) {
       check.Fail("k_scale/v_scale", "set without an fp8 KV cache",
                  "scales 1 and no per-head scales (they apply to a float8_e4m3fn cache only)",
-                 std::to_string(kv.k_scale) + ", " + std::to_string(kv.v_scale) +
+                 FloatText(kv.k_scale) + ", " + FloatText(kv.v_scale) +
                      (kv.k_scales != nullptr || kv.v_scales != nullptr ? " and per-head scales" : ""));
     }
     return;
@@ -52,8 +52,8 @@ void CheckKvStorage(const ArgChecks& check, DType dtype, Backend backend, const 
     check.Fail("dtype", "unsupported with a float8_e4m3fn KV cache", "q float16 or bfloat16",
                std::to_string(static_cast<int32_t>(dtype)) + " (float32)");
   }
-  if (!std::isfinite(kv.k_scale)) check.Fail("k_scale", "is not finite", "a finite scale", std::to_string(kv.k_scale));
-  if (!std::isfinite(kv.v_scale)) check.Fail("v_scale", "is not finite", "a finite scale", std::to_string(kv.v_scale));
+  if (!std::isfinite(kv.k_scale)) check.Fail("k_scale", "is not finite", "a finite scale", FloatText(kv.k_scale));
+  if (!std::isfinite(kv.v_scale)) check.Fail("v_scale", "is not finite", "a finite scale", FloatText(kv.v_scale));
 }
 
 // CPU launches: per-head scales are host memory, checked like the floats (values, so at
@@ -64,7 +64,7 @@ void CheckHostScales(const ArgChecks& check, const KvStorage& kv, int64_t num_kv
     for (int64_t h = 0; h < num_kv_heads; ++h) {
       if (!std::isfinite(scales[h])) {
         check.Fail(std::string(name) + "[" + std::to_string(h) + "]", "is not finite", "a finite scale",
-                   std::to_string(scales[h]));
+                   FloatText(scales[h]));
       }
     }
   }
@@ -297,11 +297,20 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
 }
 
 // The counter-region entry points (check, reset, status): a non-null buffer that holds the
-// region. `what` names the buffer ("a buffer", "a host buffer").
-void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t bytes, const char* what) {
+// region, its base aligned to `alignment` bytes (the region is read and written as uint32
+// words; a shifted view would read a word across two and report bytes past the region).
+// `what` names the buffer ("a buffer", "a host buffer").
+void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t bytes, const char* what,
+                             int64_t alignment) {
   // Size first: an empty buffer (a 0-element tensor's null data pointer) is too small, not null.
   if (data == nullptr && bytes >= kCounterRegionBytes) {
     throw WorkspaceError(op + ": workspace is null: expected " + what + ", got null");
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  if (base % alignment != 0) {
+    throw WorkspaceError(op + ": workspace misaligned: expected a base address aligned to " +
+                         std::to_string(alignment) + " bytes, got address % " + std::to_string(alignment) + " = " +
+                         std::to_string(base % alignment));
   }
   if (bytes < kCounterRegionBytes) {
     throw WorkspaceError(op + ": workspace too small: need at least " + std::to_string(kCounterRegionBytes) +
@@ -695,7 +704,8 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params) {
 bool CudaBackendAvailable() { return cuda::Available(); }
 
 void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
-  CheckHoldsCounterRegion("check_counter_region", workspace, workspace_bytes, "a host buffer");
+  // A host copy may sit in any buffer of uint32 words.
+  CheckHoldsCounterRegion("check_counter_region", workspace, workspace_bytes, "a host buffer", kCounterBytes);
   const auto* counters = static_cast<const uint32_t*>(workspace);
   int64_t nonzero = 0;
   int64_t first = -1;
@@ -716,7 +726,7 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes) {
 
 void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream) {
   CheckBackendKnown(ArgChecks("reset_counter_region"), backend);
-  CheckHoldsCounterRegion("reset_counter_region", workspace.data, workspace.bytes, "a buffer");
+  CheckHoldsCounterRegion("reset_counter_region", workspace.data, workspace.bytes, "a buffer", kWorkspaceAlignment);
   if (backend == Backend::kCuda) {
     cuda::ZeroCounterRegion(workspace.data, stream);
   } else {
@@ -730,7 +740,7 @@ void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Back
   // constructor (std::logic_error, not one of ours).
   if (op == nullptr) ArgChecks("check_workspace_status").Fail("op", "is null", "the caller's name for messages", "null");
   CheckBackendKnown(ArgChecks(op), backend);
-  CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer");
+  CheckHoldsCounterRegion(op, workspace.data, workspace.bytes, "a buffer", kWorkspaceAlignment);
   uint32_t words[kStatusWords] = {};
   if (backend == Backend::kCuda) {
     cuda::ReadStatusRecord(workspace.data, stream, words);

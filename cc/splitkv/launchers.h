@@ -95,7 +95,8 @@ SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params);
 // memory: for a CUDA workspace, copy those bytes to the host first (after the stream has
 // run the launches). Returns if every counter is 0; otherwise throws WorkspaceError naming
 // how many are nonzero and the first one's index, byte offset and value. Throws
-// WorkspaceError for a null pointer or workspace_bytes < kCounterRegionBytes.
+// WorkspaceError for a null pointer, one not 4-byte aligned, or workspace_bytes <
+// kCounterRegionBytes.
 void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes);
 
 // Reports a dirty counter found by an earlier launch on this workspace: reads its status
@@ -103,7 +104,8 @@ void CheckCounterRegionZero(const void* workspace, int64_t workspace_bytes);
 // host bytes) and status_host when set. Returns when both are zero. Otherwise zeroes the
 // counter region (CUDA: cudaMemsetAsync on `stream`, then synchronises) and status_host, and
 // throws WorkspaceError naming `op`, the counter index and the value found. Throws
-// WorkspaceError for a null or too small workspace, InvalidArgument for a null `op` or a
+// WorkspaceError for a null, misaligned (kWorkspaceAlignment) or too small workspace, and
+// touches nothing then; InvalidArgument for a null `op` or a
 // backend other than kCpu / kCuda, CudaError if a CUDA call fails.
 void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Backend backend, void* stream);
 

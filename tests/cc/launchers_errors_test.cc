@@ -482,6 +482,19 @@ TEST(StaleInUseWordAndStatusRecordOnTheCpu) {
   // A null op name is refused with our exception, not std::string's std::logic_error.
   EXPECT_THROWS(InvalidArgument, splitkv::CheckWorkspaceStatus(nullptr, buffer, splitkv::Backend::kCpu, nullptr),
                 "check_workspace_status: op is null");
+  // A shifted view of the workspace (its words straddling two) is refused, touching nothing:
+  // read as it is, its status word would take in a byte past the region.
+  for (const int64_t shift : {1, 4}) {
+    const splitkv::WorkspaceBuffer shifted{static_cast<uint8_t*>(buffer.data) + shift, buffer.bytes - shift};
+    EXPECT_THROWS(WorkspaceError, splitkv::ResetCounterRegion(shifted, splitkv::Backend::kCpu, nullptr),
+                  "reset_counter_region: workspace misaligned: expected a base address aligned to 256 bytes",
+                  "= " + std::to_string(shift));
+    EXPECT_THROWS(WorkspaceError, splitkv::CheckWorkspaceStatus("check_workspace", shifted, splitkv::Backend::kCpu,
+                                                                nullptr),
+                  "check_workspace: workspace misaligned");
+  }
+  EXPECT_THROWS(WorkspaceError, splitkv::CheckCounterRegionZero(static_cast<uint8_t*>(buffer.data) + 2, buffer.bytes - 2),
+                "check_counter_region: workspace misaligned: expected a base address aligned to 4 bytes", "= 2");
   EXPECT_EQ(9u, ws.counters()[3]);  // untouched by the refused calls
   splitkv::ResetCounterRegion(buffer, splitkv::Backend::kCpu, nullptr);
   EXPECT_EQ(int64_t{0}, ws.NonzeroCounters());
