@@ -64,7 +64,9 @@ struct AttentionOptions {
   // non-finite is refused.
   float logits_soft_cap = 0.0f;
   // Multiplies q.k before the softmax (natural units); the caller sets it, usually
-  // 1/sqrt(head_dim) (the default 1.0 is NOT that). Must be finite.
+  // 1/sqrt(head_dim) (the default 1.0 is NOT that). Must be finite. The scaled logits are
+  // float32 and unchecked: one past its range becomes an infinity; a +inf logit makes its row
+  // NaN, and a row whose logits are all -inf reads as seeing no key (out 0, lse -inf).
   float sm_scale = 1.0f;
   // Splits of each request's KV. 0: the planner chooses (at most 64, lowered until the
   // workspace and the counter region hold it; 1 needs no scratch). >= 1: forced, and the

@@ -12,7 +12,9 @@ _PARAGRAPHS = {
     "sm_scale": """\
 sm_scale : float, optional
     Scale of q.k before the softmax. Default ``1 / sqrt(head_dim)``. The scaled logits
-    are float32: one past float32's range (3.4e38) gives that row NaN or inf, unchecked.
+    are float32 and unchecked: one past float32's range (3.4e38) becomes an infinity; a
+    +inf logit gives its row NaN, and a row whose logits are all -inf reads as a row that
+    sees no key (out 0, LSE -inf).
 """,
     "logits_soft_cap": """\
 logits_soft_cap : float, default 0.0
