@@ -70,6 +70,31 @@ void CheckHostScales(const ArgChecks& check, const KvStorage& kv, int64_t num_kv
   }
 }
 
+// A workspace a launch or a counter-region entry point (check, reset, status) is given: a
+// non-null buffer that holds the counter region, its base aligned to `alignment` bytes (the
+// region is read and written as uint32 words; a shifted view would read a word across two
+// and report bytes past the region). `what` names the buffer ("a buffer", "a host buffer").
+void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t bytes, const char* what,
+                             int64_t alignment) {
+  // A null base with fewer bytes than the counter region is an empty buffer (torch's data
+  // pointer of a 0-element tensor): reported below as too small, which says what to pass.
+  if (data == nullptr && bytes >= kCounterRegionBytes) {
+    throw WorkspaceError(op + ": workspace is null: expected " + what + ", got null");
+  }
+  const auto base = reinterpret_cast<std::uintptr_t>(data);
+  if (base % alignment != 0) {
+    throw WorkspaceError(op + ": workspace misaligned: expected a base address aligned to " +
+                         std::to_string(alignment) + " bytes, got address % " + std::to_string(alignment) + " = " +
+                         std::to_string(base % alignment) +
+                         (alignment == kWorkspaceAlignment ? "; allocate it 256-byte aligned (splitkv.Workspace does)"
+                                                           : ""));
+  }
+  if (bytes < kCounterRegionBytes) {
+    throw WorkspaceError(op + ": workspace too small: need at least " + std::to_string(kCounterRegionBytes) +
+                         " bytes (the counter region), got " + std::to_string(bytes));
+  }
+}
+
 // Checks shared by both operations: dtype, heads, head_dim, options, workspace.
 void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t num_qo_heads,
                  int64_t num_kv_heads, int64_t head_dim, const AttentionOptions& options,
@@ -112,24 +137,7 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
                "None (0 in C++: the invariant split rule chooses)",
                std::to_string(options.num_splits));
   }
-  // A null base with fewer bytes than the counter region is an empty buffer (torch's data
-  // pointer of a 0-element tensor): reported below as too small, which says what to pass.
-  if (workspace.data == nullptr && workspace.bytes >= kCounterRegionBytes) {  // WorkspaceError, as launchers.h lists it
-    throw WorkspaceError(std::string(check.op()) + ": workspace is null: expected a buffer, got null");
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(workspace.data);
-  if (base % kWorkspaceAlignment != 0) {
-    throw WorkspaceError(std::string(check.op()) + ": workspace misaligned: expected a base address "
-                         "aligned to " + std::to_string(kWorkspaceAlignment) + " bytes, got address % " +
-                         std::to_string(kWorkspaceAlignment) + " = " +
-                         std::to_string(base % kWorkspaceAlignment) +
-                         "; allocate it 256-byte aligned (splitkv.Workspace does)");
-  }
-  if (workspace.bytes < kCounterRegionBytes) {
-    throw WorkspaceError(std::string(check.op()) + ": workspace too small: need at least " +
-                         std::to_string(kCounterRegionBytes) + " bytes (the counter region), got " +
-                         std::to_string(workspace.bytes));
-  }
+  CheckHoldsCounterRegion(check.op(), workspace.data, workspace.bytes, "a buffer", kWorkspaceAlignment);
 }
 
 void CheckStrides(const ArgChecks& check, const char* tensor, int64_t a, int64_t b) {
@@ -296,27 +304,6 @@ void CheckCountersBeforeCpuLaunch(const char* op, const SplitPlan& plan, const W
   }
 }
 
-// The counter-region entry points (check, reset, status): a non-null buffer that holds the
-// region, its base aligned to `alignment` bytes (the region is read and written as uint32
-// words; a shifted view would read a word across two and report bytes past the region).
-// `what` names the buffer ("a buffer", "a host buffer").
-void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t bytes, const char* what,
-                             int64_t alignment) {
-  // Size first: an empty buffer (a 0-element tensor's null data pointer) is too small, not null.
-  if (data == nullptr && bytes >= kCounterRegionBytes) {
-    throw WorkspaceError(op + ": workspace is null: expected " + what + ", got null");
-  }
-  const auto base = reinterpret_cast<std::uintptr_t>(data);
-  if (base % alignment != 0) {
-    throw WorkspaceError(op + ": workspace misaligned: expected a base address aligned to " +
-                         std::to_string(alignment) + " bytes, got address % " + std::to_string(alignment) + " = " +
-                         std::to_string(base % alignment));
-  }
-  if (bytes < kCounterRegionBytes) {
-    throw WorkspaceError(op + ": workspace too small: need at least " + std::to_string(kCounterRegionBytes) +
-                         " bytes, got " + std::to_string(bytes));
-  }
-}
 
 std::string DescribeStatus(const char* op, const uint32_t* words) {
   const int64_t index = words[1];
