@@ -95,6 +95,25 @@ void CheckHoldsCounterRegion(const std::string& op, const void* data, int64_t by
   }
 }
 
+void CheckOptionValues(const ArgChecks& check, const AttentionOptions& options) {
+  if (options.window_left < -1) {
+    check.Fail("window_left", "out of range", "-1 (no window) or >= 0", std::to_string(options.window_left));
+  }
+  if (!(options.logits_soft_cap >= 0.0f) || !std::isfinite(options.logits_soft_cap)) {
+    check.Fail("logits_soft_cap", "out of range", "a finite value >= 0 (0 disables it)",
+               FloatText(options.logits_soft_cap));
+  }
+  if (!std::isfinite(options.sm_scale)) {
+    check.Fail("sm_scale", "is not finite", "a finite scale", FloatText(options.sm_scale));
+  }
+  check.AtLeast("num_splits", options.num_splits, 0);
+  if (options.batch_invariant && options.num_splits != 0) {
+    check.Fail("num_splits", "conflicts with batch_invariant",
+               "None (0 in C++: the invariant split rule chooses)",
+               std::to_string(options.num_splits));
+  }
+}
+
 // Checks shared by both operations: dtype, heads, head_dim, options, workspace.
 void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t num_qo_heads,
                  int64_t num_kv_heads, int64_t head_dim, const AttentionOptions& options,
@@ -121,22 +140,7 @@ void CheckCommon(const ArgChecks& check, DType dtype, Backend backend, int64_t n
   check.AtLeast("num_kv_heads", num_kv_heads, 1);
   check.MultipleOf("num_qo_heads", num_qo_heads, "num_kv_heads", num_kv_heads);
   check.InRange("head_dim", head_dim, 1, kMaxCpuHeadDim + 1);
-  if (options.window_left < -1) {
-    check.Fail("window_left", "out of range", "-1 (no window) or >= 0", std::to_string(options.window_left));
-  }
-  if (!(options.logits_soft_cap >= 0.0f) || !std::isfinite(options.logits_soft_cap)) {
-    check.Fail("logits_soft_cap", "out of range", "a finite value >= 0 (0 disables it)",
-               FloatText(options.logits_soft_cap));
-  }
-  if (!std::isfinite(options.sm_scale)) {
-    check.Fail("sm_scale", "is not finite", "a finite scale", FloatText(options.sm_scale));
-  }
-  check.AtLeast("num_splits", options.num_splits, 0);
-  if (options.batch_invariant && options.num_splits != 0) {
-    check.Fail("num_splits", "conflicts with batch_invariant",
-               "None (0 in C++: the invariant split rule chooses)",
-               std::to_string(options.num_splits));
-  }
+  CheckOptionValues(check, options);
   CheckHoldsCounterRegion(check.op(), workspace.data, workspace.bytes, "a buffer", kWorkspaceAlignment);
 }
 
@@ -622,6 +626,8 @@ int64_t CheckHostCuSeqlens(const ArgChecks& check, const char* arg, const int32_
 }
 
 }  // namespace
+
+void CheckOptions(const char* op, const AttentionOptions& options) { CheckOptionValues(ArgChecks(op), options); }
 
 SplitPlan PlanPagedAttention(const PagedAttentionParams& params) {
   return PlanPaged(ArgChecks(kPagedOp), params);

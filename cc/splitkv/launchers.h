@@ -91,6 +91,12 @@ SplitPlan LaunchRaggedAttention(const RaggedAttentionParams& params);
 SplitPlan PlanPagedAttention(const PagedAttentionParams& params);
 SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params);
 
+// The option checks every launch and plan makes (window_left, logits_soft_cap, sm_scale,
+// num_splits and its conflict with batch_invariant), alone: for callers that bind options
+// before they have tensors (the Python runners). Throws InvalidArgument naming `op`, with the
+// launchers' message.
+void CheckOptions(const char* op, const AttentionOptions& options);
+
 // Scans the counter region (the first kCounterRegionBytes bytes) of a workspace in HOST
 // memory: for a CUDA workspace, copy those bytes to the host first (after the stream has
 // run the launches). Returns if every counter is 0; otherwise throws WorkspaceError naming

@@ -8,7 +8,9 @@ Operations: :func:`paged_attention`, :func:`ragged_attention`; :func:`merge_stat
 partial results over disjoint key sets by their LSE; :mod:`splitkv.distributed` shards each
 request's keys over the ranks of a torch.distributed group (context parallelism). Their
 plans (split count, workspace layout) without running: :func:`plan_paged_attention`,
-:func:`plan_ragged_attention`. Workspace: :class:`Workspace`,
+:func:`plan_ragged_attention`. Per layer with a step's index tensors, workspace and options
+bound once (host time): :class:`PagedAttentionRunner`, :class:`RaggedAttentionRunner`.
+Workspace: :class:`Workspace`,
 :func:`required_workspace_bytes`, :func:`workspace_layout`, :func:`check_counter_region`,
 :func:`check_workspace` (a dirty counter found by a CUDA launch; the README's "The
 workspace contract"),
@@ -29,6 +31,8 @@ from splitkv.attention import plan_paged_attention
 from splitkv.attention import plan_ragged_attention
 from splitkv.attention import ragged_attention
 from splitkv.merge import merge_states
+from splitkv.runners import PagedAttentionRunner
+from splitkv.runners import RaggedAttentionRunner
 from splitkv.workspace import COUNTER_REGION_BYTES
 from splitkv.workspace import WORKSPACE_ALIGNMENT
 from splitkv.workspace import Workspace
@@ -48,7 +52,9 @@ def cuda_backend_available():
 
 __all__ = [
     "COUNTER_REGION_BYTES",
+    "PagedAttentionRunner",
     "Plan",
+    "RaggedAttentionRunner",
     "WORKSPACE_ALIGNMENT",
     "Workspace",
     "WorkspaceLayout",

@@ -113,6 +113,22 @@ def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_s
     return options
 
 
+def check_options(op, causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                  batch_invariant, return_lse, max_q_len, min_q_len, kv_layout=None):
+    """The option checks of the full path that need no tensor (a runner's construction),
+    with the same messages; kv_layout for paged calls."""
+    if kv_layout is not None or op == PAGED:
+        _kv_layout_shape(op, kv_layout)
+    options = _options(op, 1, causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                       batch_invariant)
+    if sm_scale is None:  # the default needs q's head_dim; any finite value passes
+        options.sm_scale = 1.0
+    _splitkv.CheckOptions(op, options)
+    _checks.flag(op, "return_lse", return_lse)
+    if max_q_len is not None:
+        _checks.integer(op, "max_q_len", max_q_len, min_q_len, f"an int >= {min_q_len}")
+
+
 def _workspace(op, workspace, q, operands):
     """The C++ view of the workspace, refused if it shares a byte with any of `operands`
     ((name, tensor or None) pairs): the call overwrites the bytes it plans to use."""
@@ -175,14 +191,19 @@ def plan(planner, params, q):
 # ---- paged ----
 
 
-def _paged_kv(op, kv_cache, kv_layout, q):
-    """k and v as 4-D tensors of the layout, from a 5-D cache or a (k, v) pair."""
+def _kv_layout_shape(op, kv_layout):
+    """The 4-D shape text of a checked kv_layout."""
     if not isinstance(kv_layout, str):  # a wrong Python type is a TypeError, as everywhere
         _checks.fail(op, "kv_layout", "has the wrong type", "a str, 'HND' or 'NHD'",
                      type(kv_layout).__name__, error=TypeError)
     if kv_layout not in KV_LAYOUTS:
         _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
-    shape = _KV_SHAPES[kv_layout]
+    return _KV_SHAPES[kv_layout]
+
+
+def _paged_kv(op, kv_cache, kv_layout, q):
+    """k and v as 4-D tensors of the layout, from a 5-D cache or a (k, v) pair."""
+    shape = _kv_layout_shape(op, kv_layout)
     if isinstance(kv_cache, (tuple, list)):
         if len(kv_cache) != 2:
             _checks.fail(op, "kv_cache", "has the wrong length", "a (k, v) pair of tensors",
@@ -396,7 +417,7 @@ def _remember(key, layout):
     _layouts[key] = layout
 
 
-def _workspace_view(workspace):
+def workspace_view(workspace):
     """(buffer, signature, C++ view, busy key, stream order, address) of a workspace, cached
     by a Workspace (Workspace._launch_view)."""
     if workspace.__class__ is Workspace:
@@ -404,7 +425,7 @@ def _workspace_view(workspace):
     return (workspace, tensor_signature(workspace), None, None, None, None)
 
 
-def _launch(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
+def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
     """Launches a call of `layout` from its addresses (the inputs, out, lse), holding the
     workspace. False, having launched nothing, when out or the workspace shares bytes with
     another tensor of the call: the full path then refuses it with its message."""
@@ -437,7 +458,7 @@ def _launch(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale)
         workspace_module.release(busy)
 
 
-def _call_max_q_len(layout, cu_seqlens_q, paged):
+def call_max_q_len(layout, cu_seqlens_q, paged):
     """max_q_len for the C++ binding: the validated one of the layout (given, or 1 for paged
     calls without cu_seqlens_q), -1 (computed there from host memory, CPU), or from
     cu_seqlens_q with a device sync (CUDA), exactly as the full path computes it."""
@@ -448,7 +469,7 @@ def _call_max_q_len(layout, cu_seqlens_q, paged):
     return max(1, longest(cu_seqlens_q)) if paged else longest(cu_seqlens_q)
 
 
-def _new_outputs(layout, q, out, return_lse):
+def new_outputs(layout, q, out, return_lse):
     if out is None:
         out = torch.empty_like(q) if layout.q_contiguous else q.new_empty(layout.out_shape)
     lse = q.new_empty(layout.lse_shape, dtype=torch.float32) if return_lse else None
@@ -461,63 +482,67 @@ def _option_key(*options):
     return options, tuple(map(type, options))
 
 
-def _value_signature(x):
+def value_signature(x):
     """tensor_signature of a tensor whose values the call reads or writes, with its neg bit
     (a negated view has the layout of any other tensor; the full path refuses it)."""
     return tensor_signature(x), x.is_neg()
 
 
-def _out_key(out):
+def out_key(out):
     """The key's part for a caller's out; raises (sending the call to the full path, which
     refuses it) for an out torch forbids writing in place."""
     if out is None:
         return None
     if not _checks.out_writable(out):
         raise ValueError("out not writable in place")
-    return _value_signature(out)
+    return value_signature(out)
 
 
-def _written(out):
+def written(out):
     """Marks a caller's out as written in place (its version counter, as torch's own out=
     ops do), so autograd refuses a graph that saved its old values."""
     if out is not None:
         increment_version(out)
 
 
-def _extras(sinks, k_scale, v_scale, kv_offsets=None, full_seq_lens=None):
+def extras(sinks, k_scale, v_scale, kv_offsets=None, full_seq_lens=None):
     """The key's part for sinks, scales, kv_offsets and full_seq_lens: None without any (the
     usual case, and cheap); else their layouts (tensor_signature) or values and types, never
     a tensor's identity or values (both change from call to call)."""
     if (sinks is None and k_scale is None and v_scale is None and kv_offsets is None
             and full_seq_lens is None):
         return None
-    return (None if sinks is None else _value_signature(sinks),
+    return (None if sinks is None else value_signature(sinks),
             _tensor_or_value(k_scale), k_scale.__class__,
             _tensor_or_value(v_scale), v_scale.__class__,
-            None if kv_offsets is None else _value_signature(kv_offsets),
-            None if full_seq_lens is None else _value_signature(full_seq_lens))
+            None if kv_offsets is None else value_signature(kv_offsets),
+            None if full_seq_lens is None else value_signature(full_seq_lens))
+
+
+def kv_cache_key(kv_cache):
+    """The key's part for a paged call's kv_cache (a 5-D tensor or a (k, v) pair)."""
+    if kv_cache.__class__ is tuple or kv_cache.__class__ is list:
+        return (len(kv_cache),) + tuple(value_signature(x) for x in kv_cache)
+    return (kv_cache.__class__, kv_cache.shape, kv_cache.stride(), kv_cache.dtype,
+            kv_cache.device, kv_cache.is_neg())
 
 
 def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
                options, extras):
     # tensor_signature of each tensor, written out flat: one call fewer per tensor.
-    if kv_cache.__class__ is tuple or kv_cache.__class__ is list:
-        kv = (len(kv_cache),) + tuple(_value_signature(x) for x in kv_cache)
-    else:
-        kv = (kv_cache.__class__, kv_cache.shape, kv_cache.stride(), kv_cache.dtype,
-              kv_cache.device, kv_cache.is_neg())
-    return (PAGED, q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(), kv,
+    return (PAGED, q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
+            kv_cache_key(kv_cache),
             block_tables.__class__, block_tables.shape, block_tables.stride(), block_tables.dtype,
             block_tables.device, block_tables.is_neg(), seq_lens.__class__, seq_lens.shape,
             seq_lens.stride(), seq_lens.dtype, seq_lens.device, seq_lens.is_neg(),
-            None if cu_seqlens_q is None else _value_signature(cu_seqlens_q),
-            _out_key(out), workspace_signature, options, extras)
+            None if cu_seqlens_q is None else value_signature(cu_seqlens_q),
+            out_key(out), workspace_signature, options, extras)
 
 
 def _tensor_or_value(x):
     """A hashable stand-in for an option that may be a tensor (a per-head scale): its
     layout, never its identity or values (both change from call to call)."""
-    return ("tensor",) + _value_signature(x) if isinstance(x, torch.Tensor) else x
+    return ("tensor",) + value_signature(x) if isinstance(x, torch.Tensor) else x
 
 
 def _scale_tensors(k_scale, v_scale):
@@ -536,40 +561,58 @@ def _scale_addresses(k_scale, v_scale):
             v_scale.data_ptr() if isinstance(v_scale, torch.Tensor) else 0)
 
 
+def _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
+                  sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
+                  max_q_len, batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens):
+    """(workspace view, key, cached layout or None) of a paged call; key None when the
+    arguments cannot make one."""
+    # Every argument the full path's checks read, except tensor addresses and index values.
+    # Sinks, per-head scales, kv_offsets and full_seq_lens enter by their layout
+    # (tensor_signature), their addresses per call.
+    try:
+        view = workspace_view(workspace)
+        key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
+                         _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
+                                     num_splits, return_lse, max_q_len, batch_invariant),
+                         extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens))
+        return view, key, _layouts.get(key)
+    except Exception:  # noqa: BLE001 - not tensors, sparse ones, unhashable options: the
+        return None, None, None  # full path checks them and says what is wrong
+
+
+def paged_layout(*args):
+    """The validated layout a paged call of these arguments (paged_call's, from q on) left
+    in the cache, or None: what splitkv.runners keeps after a run took the full path."""
+    return _paged_lookup(*args)[2]
+
+
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
                max_q_len, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
                kv_offsets=None, full_seq_lens=None):
     """Runs paged attention; returns (out, lse). The per-call path when the layout is
     known, else (and to refuse) the full path, which then remembers the layout."""
-    # Every argument the full path's checks read, except tensor addresses and index values.
-    # Sinks, per-head scales, kv_offsets and full_seq_lens enter by their layout
-    # (tensor_signature), their addresses per call.
-    try:
-        view = _workspace_view(workspace)
-        key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
-                         _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
-                                     num_splits, return_lse, max_q_len, batch_invariant),
-                         _extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens))
-        layout = _layouts.get(key)
-    except Exception:  # noqa: BLE001 - not tensors, sparse ones, unhashable options: the
-        key = layout = None  # full path checks them and says what is wrong
+    view, key, layout = _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace,
+                                      cu_seqlens_q, kv_layout, sm_scale, causal, window_left,
+                                      logits_soft_cap, num_splits, return_lse, out, max_q_len,
+                                      batch_invariant, sinks, k_scale, v_scale, kv_offsets,
+                                      full_seq_lens)
     if layout is not None:
         if layout.v_offset is None:
             k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
         else:
             k_address = kv_cache.data_ptr()
             v_address = k_address + layout.v_offset
-        result, lse = _new_outputs(layout, q, out, return_lse)
+        result, lse = new_outputs(layout, q, out, return_lse)
         addresses = (q.data_ptr(), k_address, v_address, 0 if sinks is None else sinks.data_ptr(),
                      block_tables.data_ptr(), seq_lens.data_ptr(),
                      0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
                      0 if kv_offsets is None else kv_offsets.data_ptr(),
                      0 if full_seq_lens is None else full_seq_lens.data_ptr(), result.data_ptr(),
                      0 if lse is None else lse.data_ptr())
-        if _launch(op, layout, addresses, workspace, view, _call_max_q_len(layout, cu_seqlens_q, True),
+        if launch_layout(op, layout, addresses, workspace, view, call_max_q_len(layout, cu_seqlens_q, True),
                    k_scale, v_scale):
-            _written(out)
+            written(out)
             return result, lse
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
@@ -581,7 +624,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                                      out, max_q_len, sinks, kv_offsets, full_seq_lens, k_scale,
                                      v_scale))
     run(op, _splitkv.LaunchPagedAttention, params, q, workspace)
-    _written(out)
+    written(out)
     return new_out, lse
 
 
@@ -608,31 +651,46 @@ def _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, 
             cu_seqlens_q.__class__, cu_seqlens_q.shape, cu_seqlens_q.stride(), cu_seqlens_q.dtype,
             cu_seqlens_q.device, cu_seqlens_q.is_neg(), cu_seqlens_kv.__class__, cu_seqlens_kv.shape,
             cu_seqlens_kv.stride(), cu_seqlens_kv.dtype, cu_seqlens_kv.device, cu_seqlens_kv.is_neg(),
-            _out_key(out), workspace_signature, options, extras)
+            out_key(out), workspace_signature, options, extras)
+
+
+def _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
+                   window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
+                   batch_invariant, sinks, k_scale, v_scale):
+    """As _paged_lookup, for a ragged call."""
+    try:
+        view = workspace_view(workspace)
+        key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out,
+                          _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                                      return_lse, max_q_len, batch_invariant),
+                          extras(sinks, k_scale, v_scale))
+        return view, key, _layouts.get(key)
+    except Exception:  # noqa: BLE001 - as in _paged_lookup
+        return None, None, None
+
+
+def ragged_layout(*args):
+    """As paged_layout, for ragged_call's arguments from q on."""
+    return _ragged_lookup(*args)[2]
 
 
 def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
                 window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
                 batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     """Runs ragged attention; returns (out, lse). Paths as :func:`paged_call`."""
-    try:
-        view = _workspace_view(workspace)
-        key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out,
-                          _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
-                                      return_lse, max_q_len, batch_invariant),
-                          _extras(sinks, k_scale, v_scale))
-        layout = _layouts.get(key)
-    except Exception:  # noqa: BLE001 - as in paged_call
-        key = layout = None
+    view, key, layout = _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal,
+                                       sm_scale, window_left, logits_soft_cap, num_splits,
+                                       return_lse, out, max_q_len, batch_invariant, sinks,
+                                       k_scale, v_scale)
     if layout is not None:
-        result, lse = _new_outputs(layout, q, out, return_lse)
+        result, lse = new_outputs(layout, q, out, return_lse)
         addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                      0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
                      cu_seqlens_kv.data_ptr(), result.data_ptr(),
                      0 if lse is None else lse.data_ptr())
-        if _launch(op, layout, addresses, workspace, view, _call_max_q_len(layout, cu_seqlens_q, False),
+        if launch_layout(op, layout, addresses, workspace, view, call_max_q_len(layout, cu_seqlens_q, False),
                    k_scale, v_scale):
-            _written(out)
+            written(out)
             return result, lse
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
@@ -644,5 +702,5 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                                 *_scale_tensors(k_scale, v_scale), out), max_q_len,
                                cu_seqlens_q))
     run(op, _splitkv.LaunchRaggedAttention, params, q, workspace)
-    _written(out)
+    written(out)
     return new_out, lse

@@ -404,6 +404,9 @@ void BindLaunchers(py::module_& m) {
   const auto release = py::call_guard<py::gil_scoped_release>();
   m.def("LaunchPagedAttention", &LaunchPagedAttention, py::arg("params"), release);
   m.def("LaunchRaggedAttention", &LaunchRaggedAttention, py::arg("params"), release);
+  m.def(
+      "CheckOptions", [](const std::string& op, const AttentionOptions& options) { CheckOptions(op.c_str(), options); },
+      py::arg("op"), py::arg("options"));
   m.def("PlanPagedAttention", &PlanPagedAttention, py::arg("params"), release);
   m.def("PlanRaggedAttention", &PlanRaggedAttention, py::arg("params"), release);
   BindTemplate<PagedTemplate>(m, "PagedTemplate", &LaunchPagedFrom);

@@ -15,7 +15,9 @@ measured is the host's work):
   graph holding that call (``graph``), median: the issue's eager and graph columns.
 
 Rows: splitkv ``paged_attention`` / ``ragged_attention`` through the per-call path (the
-layout cache hit, the usual case) and through the full path (``full path``: the cache
+layout cache hit, the usual case), their runners' ``run`` (``PagedAttentionRunner``,
+``RaggedAttentionRunner``: the index tensors, workspace and options bound once), and
+through the full path (``full path``: the cache
 emptied before each call, as every call ran before issue 15); the C++ launcher alone
 (``LaunchPagedAttention`` on a filled params struct: plan + validate + launch, plus the
 pybind11 call); torch SDPA on the same tiny contiguous tensors; on CUDA FlashInfer's
@@ -210,6 +212,13 @@ def _rows_tiny(device, iters, cuda):
     add("splitkv paged_attention (new out)",
         lambda: splitkv.paged_attention(p["q"], p["kv_cache"], p["block_tables"], p["seq_lens"],
                                         workspace))
+    runner = None
+    if hasattr(splitkv, "PagedAttentionRunner"):  # absent before the runners (a before/after run)
+        bound = splitkv.PagedAttentionRunner(workspace, p["block_tables"], p["seq_lens"])
+        runner = lambda: bound.run(p["q"], p["kv_cache"], out=p["out"])  # noqa: E731
+        add("splitkv PagedAttentionRunner.run(out=)", runner)
+        _add_paired(rows, shape, "splitkv runner.run(out=)", runner,
+                    "splitkv paged_attention(out=)", paged, iters, cuda)
     if _calls is not None:
         add("splitkv paged, full path", paged, before=_calls._layouts.clear, gpu=False)
         params, _, _ = _calls.paged_params(
@@ -256,6 +265,9 @@ def _rows_tiny(device, iters, cuda):
             # Issue 15's comparison, free of the host's drift between rows.
             _add_paired(rows, shape, "splitkv paged_attention(out=)", paged, name, run, iters,
                         cuda)
+            if runner is not None:
+                _add_paired(rows, shape, "splitkv runner.run(out=)", runner, name, run, iters,
+                            cuda)
     if cuda:
         _add_paired(rows, shape, "splitkv paged_attention(out=)", paged, "SDPA", sdpa, iters,
                     cuda)
@@ -270,6 +282,10 @@ def _rows_tiny(device, iters, cuda):
     ragged = lambda: splitkv.ragged_attention(q, k, v, cu, cu, workspace, out=out,  # noqa: E731
                                               max_q_len=16)
     add("splitkv ragged_attention(out=)", ragged)
+    if hasattr(splitkv, "RaggedAttentionRunner"):
+        bound_ragged = splitkv.RaggedAttentionRunner(workspace, cu, cu, max_q_len=16)
+        add("splitkv RaggedAttentionRunner.run(out=)",
+            lambda: bound_ragged.run(q, k, v, out=out))
     if _calls is not None:
         add("splitkv ragged, full path", ragged, before=_calls._layouts.clear, gpu=False)
     q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))

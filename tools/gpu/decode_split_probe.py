@@ -4,6 +4,7 @@ FlashInfer, in one process, on the GPU machine (not shipped; tools/gpu/README.md
     source tools/gpu/install_peers.sh .peers      # FlashInfer's wheels, or it is skipped
     PYTHONPATH=.device:tests/python:. python3 tools/gpu/decode_split_probe.py \\
         --head_dim=256 --splits=1,2,3,4,8 24x8192 8x16384
+    ... --kv_dtype=fp8_e4m3 ...     # the cache as fp8 e4m3, beside the bf16 cache's planned call
 
 For each BATCHxKV_LEN shape (bf16, 32 qo / 8 kv heads, HND, --page_size) it times FlashInfer's
 tensor-core decode (BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=True) when importable,
@@ -24,6 +25,10 @@ flags.DEFINE_list("splits", ["1", "2", "4", "8"], "Forced split counts timed bes
 flags.DEFINE_integer("page_size", 16, "Page size of the paged cache.")
 flags.DEFINE_integer("head_dim", 128, "head_dim (64, 128 or 256).")
 flags.DEFINE_integer("iters", 20, "Timed samples per row (median).")
+flags.DEFINE_enum("kv_dtype", "bfloat16", ["bfloat16", "fp8_e4m3"],
+                  "The cache's dtype. fp8_e4m3: the cache stored as fp8 (scales FP8_SCALE), "
+                  "its planned and forced rows beside the bf16 cache's planned call; FlashInfer's "
+                  "fp8 decode is not in the wheel (skipped).")
 
 NUM_QO_HEADS, NUM_KV_HEADS = 32, 8
 
@@ -60,24 +65,30 @@ def main(argv):
         batch, kv_len = (int(x) for x in shape.split("x"))
         shape_of = (batch, NUM_KV_HEADS, kv_len, FLAGS.head_dim)
         q = inputs.randn((batch, NUM_QO_HEADS, FLAGS.head_dim), torch.bfloat16, torch.device("cuda"), gen)
-        k = inputs.randn(shape_of, torch.bfloat16, torch.device("cuda"), gen)
-        v = inputs.randn(shape_of, torch.bfloat16, torch.device("cuda"), gen)
-        nbytes = 2 * k.numel() * k.element_size()
+        k = inputs.fp8_exact(inputs.randn(shape_of, torch.bfloat16, torch.device("cuda"), gen))
+        v = inputs.fp8_exact(inputs.randn(shape_of, torch.bfloat16, torch.device("cuda"), gen))
+        fp8 = FLAGS.kv_dtype == "fp8_e4m3"
+        nbytes = 2 * k.numel() * (1 if fp8 else k.element_size())
         if nbytes < 4 * l2:
             print(f"warning: {shape}'s KV ({nbytes >> 20} MiB) is under 4x the L2 cache; its repeated reads partly hit it")
-        p = inputs.paged_copy(inputs.DecodeCopy(q, k, v), FLAGS.page_size, "HND", gen)
+        p16 = inputs.paged_copy(inputs.DecodeCopy(q, k, v), FLAGS.page_size, "HND", gen)
         del k, v
+        p = inputs.fp8_paged_copy(p16) if fp8 else p16
+        scales = {"k_scale": inputs.FP8_SCALE, "v_scale": inputs.FP8_SCALE} if fp8 else {}
         out = torch.empty_like(q)
 
-        def splitkv_call(num_splits):
-            return lambda: splitkv.paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, workspace, out=out,
-                                                   max_q_len=1, num_splits=num_splits)
+        def splitkv_call(num_splits, copy=p, extra=scales):
+            return lambda: splitkv.paged_attention(copy.q, copy.kv_cache, copy.block_tables, copy.seq_lens,
+                                                   workspace, out=out, max_q_len=1, num_splits=num_splits,
+                                                   **extra)
 
         planned = splitkv.plan_paged_attention(p.q, p.kv_cache, p.block_tables, p.seq_lens, workspace,
-                                               max_q_len=1).num_splits
+                                               max_q_len=1, **scales).num_splits
         configs = [(f"planned ({planned})", splitkv_call(None), out)]
         configs += [(f"{s} splits", splitkv_call(int(s)), out) for s in FLAGS.splits]
-        fi = _flashinfer_decode(p, kv_len, fi_workspace)
+        if fp8:  # the bf16 cache's planned call, for the fp8 / bf16 ratio of the same run
+            configs.insert(0, ("bf16 cache, planned", splitkv_call(None, p16, {}), out))
+        fi = None if fp8 else _flashinfer_decode(p, kv_len, fi_workspace)
         if fi is not None:
             configs.insert(0, ("flashinfer tc", fi, None))
         times = {name: [] for name, _, _ in configs}
@@ -101,7 +112,11 @@ def main(argv):
             gap = f"{100 * (fi_best / best - 1):+.1f}%" if fi_best else "-"
             print(f"| {shape} | {name} | {best * 1e6:.1f} ({' / '.join(f'{t * 1e6:.1f}' for t in runs)}) | "
                   f"{nbytes / best / 1e12:.2f} | {gap} | diff {diffs[name]:.1e} |", flush=True)
-        del p, out, ref, configs
+        if fp8:
+            bf16 = min(times["bf16 cache, planned"])
+            print(f"| {shape} | fp8 / bf16 (planned) | {min(times[configs[1][0]]) / bf16:.3f} | best forced "
+                  f"{min(min(times[f'{s} splits']) for s in FLAGS.splits) / bf16:.3f} |", flush=True)
+        del p, p16, out, ref, configs
         torch.cuda.empty_cache()
 
 

@@ -66,14 +66,14 @@ def main():
 
     print(f"paged_attention(out=)            {_median_us(call):8.2f} us host")
     print(f"layouts cached                   {len(_calls._layouts)}")
-    view = _calls._workspace_view(workspace)
-    print(f"_workspace_view                  {_median_us(lambda: _calls._workspace_view(workspace)):8.2f} us"
-          f"  (view reused: {_calls._workspace_view(workspace) is view})")
+    view = _calls.workspace_view(workspace)
+    print(f"workspace_view                  {_median_us(lambda: _calls.workspace_view(workspace)):8.2f} us"
+          f"  (view reused: {_calls.workspace_view(workspace) is view})")
     options = _calls._option_key("HND", None, True, -1, 0.0, None, False, None, False)
-    extras = _calls._extras(None, None, None, None, None)
+    extras = _calls.extras(None, None, None, None, None)
     print(f"_paged_key                       "
           f"{_median_us(lambda: _calls._paged_key(q, kv_cache, block_tables, seq_lens, view[1], None, out, options, extras)):8.2f} us")
-    print(f"_written(out)                    {_median_us(lambda: _calls._written(out)):8.2f} us")
+    print(f"written(out)                    {_median_us(lambda: _calls.written(out)):8.2f} us")
     print(f"is_current_stream_capturing()    {_median_us(torch.cuda.is_current_stream_capturing):8.2f} us")
     print(f"q.stride()                       {_median_us(q.stride):8.2f} us")
     print(f"q.data_ptr()                     {_median_us(q.data_ptr):8.2f} us")
@@ -88,7 +88,7 @@ def main():
     print(f"layout.launch + stream order     "
           f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, 1, 0, 0, view[4])):8.2f} us")
     print(f"_launch (stream order, launch)   "
-          f"{_median_us(lambda: _calls._launch('p', layout, addresses, workspace, view, 1, None, None)):8.2f} us")
+          f"{_median_us(lambda: _calls.launch_layout('p', layout, addresses, workspace, view, 1, None, None)):8.2f} us")
     print(f"current_raw_stream               "
           f"{_median_us(lambda: workspace_module.current_raw_stream(0)):8.2f} us")
     event = torch.cuda.Event()

@@ -1,0 +1,222 @@
+"""Plan once, run per layer: paged and ragged attention with a step's fixed arguments bound.
+
+A serving step calls attention once per layer with the same index tensors, workspace and
+options, and a new q (and the layer's cache) each time. A runner holds what stays fixed, so
+a :meth:`run` hashes only the tensors that change (q, the cache or k / v, out, sinks and
+scales) instead of every argument, then supplies addresses to the C++ template the first
+run of that layout validated (splitkv._calls: the per-call path).
+
+Every check :func:`splitkv.paged_attention` makes still happens: options at construction,
+the rest at the first run of each layout (the same full path, the same messages), and on
+every run what depends on addresses (overlaps, index values on the CPU, the counter
+region). Runs give bitwise the results of the one-shot functions with the same arguments.
+"""
+
+import torch
+
+from splitkv import _calls
+from splitkv import _checks
+from splitkv import ops
+
+# Layouts one runner remembers (q shapes x caches x out kinds): a runner lives for a step.
+_MAX_RUNNER_LAYOUTS = 64
+
+
+def _fixed_layout(tensors):
+    """Shapes and strides of the bound tensors present (a runner's `_present`): a run
+    compares them with those its cached layout was validated with, so a tensor resized,
+    restrided or replaced in place (resize_, as_strided_, set_) takes the full path again."""
+    return [(x.shape, x.stride()) for x in tensors]
+
+
+def _index_arguments(op, tensors):
+    """The full path's checks of each bound index tensor (name, tensor or None, rank) that
+    need no q."""
+    for name, x, ndim in tensors:
+        if x is not None:
+            _checks.index_tensor(op, name, x, ndim)
+
+
+def _keep(layouts, key, layout, present, workspace):
+    """Remembers a layout the full path just validated (None: not cacheable, or the global
+    cache was just emptied; the next run takes the full path again)."""
+    if layout is None:
+        return
+    if len(layouts) >= _MAX_RUNNER_LAYOUTS:
+        layouts.clear()
+    layouts[key] = (layout, _fixed_layout(present), _calls.workspace_view(workspace)[1])
+
+
+class PagedAttentionRunner:
+    """:func:`splitkv.paged_attention` with the workspace, the step's index tensors and the
+    options bound: ``run(q, kv_cache)`` once per layer.
+
+    Takes :func:`splitkv.paged_attention`'s arguments except those :meth:`run` takes (q,
+    kv_cache, out, sinks, k_scale, v_scale), with the same meanings and defaults. The
+    runner keeps references to the tensors; their values (page ids, lengths) may change
+    between runs (each run's kernels read them), their shapes, strides and storage too (a
+    run that sees a change validates again).
+
+    Raises
+    ------
+    TypeError, ValueError
+        At construction: an option of the wrong type or out of range, an index tensor that
+        is not an int32 tensor; as :func:`splitkv.paged_attention` with the same message.
+        Everything else (devices, shapes against q, the workspace) is checked by the first
+        :meth:`run` of each layout.
+
+    Example
+    -------
+    >>> runner = splitkv.PagedAttentionRunner(workspace, block_tables, seq_lens)
+    >>> for layer in range(num_layers):
+    ...     out = runner.run(q[layer], kv_caches[layer])
+    """
+
+    __slots__ = ("_fixed", "_present", "_options", "_layouts")
+
+    def __init__(self, workspace, block_tables, seq_lens, *, cu_seqlens_q=None, kv_layout="HND",
+                 sm_scale=None, causal=True, window_left=-1, logits_soft_cap=0.0,
+                 num_splits=None, return_lse=False, max_q_len=None, batch_invariant=False,
+                 kv_offsets=None, full_seq_lens=None):
+        op = _calls.PAGED
+        # The options' own checks (head_dim is q's: sm_scale's default waits for a run).
+        _calls.check_options(op, causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                             batch_invariant, return_lse, max_q_len, 1, kv_layout)
+        _index_arguments(op, [("block_tables", block_tables, 2), ("seq_lens", seq_lens, 1),
+                              ("cu_seqlens_q", cu_seqlens_q, 1), ("kv_offsets", kv_offsets, 1),
+                              ("full_seq_lens", full_seq_lens, 1)])
+        self._fixed = (block_tables, seq_lens, workspace, cu_seqlens_q, kv_offsets, full_seq_lens)
+        self._present = [x for x in (block_tables, seq_lens, cu_seqlens_q, kv_offsets,
+                                     full_seq_lens) if x is not None]
+        self._options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
+                         return_lse, max_q_len, batch_invariant)
+        self._layouts = {}
+
+    def run(self, q, kv_cache, *, out=None, sinks=None, k_scale=None, v_scale=None):
+        """:func:`splitkv.paged_attention` of ``q`` over ``kv_cache`` with the bound
+        arguments; same shapes, dtypes, results, errors and return value (``out``, or
+        ``(out, lse)`` with ``return_lse``)."""
+        block_tables, seq_lens, workspace, cu_seqlens_q, kv_offsets, full_seq_lens = self._fixed
+        (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse,
+         max_q_len, batch_invariant) = self._options
+        if torch.compiler.is_compiling():
+            return ops.paged_attention(
+                q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
+                kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
+                logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
+                out=out, max_q_len=max_q_len, batch_invariant=batch_invariant, sinks=sinks,
+                k_scale=k_scale, v_scale=v_scale, kv_offsets=kv_offsets,
+                full_seq_lens=full_seq_lens)
+        try:
+            key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
+                   _calls.kv_cache_key(kv_cache), _calls.out_key(out),
+                   _calls.extras(sinks, k_scale, v_scale))
+            entry = self._layouts.get(key)
+        except Exception:  # noqa: BLE001 - the full path says what is wrong
+            key = entry = None
+        if entry is not None:
+            layout, fixed_layout, workspace_signature = entry
+            view = _calls.workspace_view(workspace)
+            if view[1] == workspace_signature and _fixed_layout(self._present) == fixed_layout:
+                if layout.v_offset is None:
+                    k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
+                else:
+                    k_address = kv_cache.data_ptr()
+                    v_address = k_address + layout.v_offset
+                result, lse = _calls.new_outputs(layout, q, out, return_lse)
+                addresses = (q.data_ptr(), k_address, v_address,
+                             0 if sinks is None else sinks.data_ptr(), block_tables.data_ptr(),
+                             seq_lens.data_ptr(),
+                             0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                             0 if kv_offsets is None else kv_offsets.data_ptr(),
+                             0 if full_seq_lens is None else full_seq_lens.data_ptr(),
+                             result.data_ptr(), 0 if lse is None else lse.data_ptr())
+                if _calls.launch_layout(_calls.PAGED, layout, addresses, workspace, view,
+                                        _calls.call_max_q_len(layout, cu_seqlens_q, True),
+                                        k_scale, v_scale):
+                    _calls.written(out)
+                    return (result, lse) if return_lse else result
+        args = (q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
+                causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
+                batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
+        result, lse = _calls.paged_call(_calls.PAGED, *args)
+        if key is not None:
+            _keep(self._layouts, key, _calls.paged_layout(*args), self._present, workspace)
+        return (result, lse) if return_lse else result
+
+
+class RaggedAttentionRunner:
+    """:func:`splitkv.ragged_attention` with the workspace, ``cu_seqlens_q`` /
+    ``cu_seqlens_kv`` and the options bound: ``run(q, k, v)`` once per layer.
+
+    Takes :func:`splitkv.ragged_attention`'s arguments except those :meth:`run` takes (q,
+    k, v, out, sinks, k_scale, v_scale); the bound tensors as in
+    :class:`PagedAttentionRunner`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :class:`PagedAttentionRunner`.
+
+    Example
+    -------
+    >>> runner = splitkv.RaggedAttentionRunner(workspace, cu_seqlens, cu_seqlens,
+    ...                                        max_q_len=max_len)
+    >>> out = runner.run(q, k, v)
+    """
+
+    __slots__ = ("_fixed", "_present", "_options", "_layouts")
+
+    def __init__(self, workspace, cu_seqlens_q, cu_seqlens_kv, *, causal=True, sm_scale=None,
+                 window_left=-1, logits_soft_cap=0.0, num_splits=None, return_lse=False,
+                 max_q_len=None, batch_invariant=False):
+        op = _calls.RAGGED
+        _calls.check_options(op, causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                             batch_invariant, return_lse, max_q_len, 0)
+        _index_arguments(op, [("cu_seqlens_q", cu_seqlens_q, 1), ("cu_seqlens_kv", cu_seqlens_kv, 1)])
+        self._fixed = (cu_seqlens_q, cu_seqlens_kv, workspace)
+        self._present = [x for x in (cu_seqlens_q, cu_seqlens_kv) if x is not None]
+        self._options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse,
+                         max_q_len, batch_invariant)
+        self._layouts = {}
+
+    def run(self, q, k, v, *, out=None, sinks=None, k_scale=None, v_scale=None):
+        """:func:`splitkv.ragged_attention` of ``q``, ``k``, ``v`` with the bound
+        arguments; same shapes, dtypes, results, errors and return value."""
+        cu_seqlens_q, cu_seqlens_kv, workspace = self._fixed
+        (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len,
+         batch_invariant) = self._options
+        if torch.compiler.is_compiling():
+            return ops.ragged_attention(
+                q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal,
+                sm_scale=sm_scale, window_left=window_left, logits_soft_cap=logits_soft_cap,
+                num_splits=num_splits, return_lse=return_lse, out=out, max_q_len=max_q_len,
+                batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+        try:
+            key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
+                   _calls.value_signature(k), _calls.value_signature(v), _calls.out_key(out),
+                   _calls.extras(sinks, k_scale, v_scale))
+            entry = self._layouts.get(key)
+        except Exception:  # noqa: BLE001 - the full path says what is wrong
+            key = entry = None
+        if entry is not None:
+            layout, fixed_layout, workspace_signature = entry
+            view = _calls.workspace_view(workspace)
+            if view[1] == workspace_signature and _fixed_layout(self._present) == fixed_layout:
+                result, lse = _calls.new_outputs(layout, q, out, return_lse)
+                addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                             0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
+                             cu_seqlens_kv.data_ptr(), result.data_ptr(),
+                             0 if lse is None else lse.data_ptr())
+                if _calls.launch_layout(_calls.RAGGED, layout, addresses, workspace, view,
+                                        _calls.call_max_q_len(layout, cu_seqlens_q, False),
+                                        k_scale, v_scale):
+                    _calls.written(out)
+                    return (result, lse) if return_lse else result
+        args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
+                logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant, sinks,
+                k_scale, v_scale)
+        result, lse = _calls.ragged_call(_calls.RAGGED, *args)
+        if key is not None:
+            _keep(self._layouts, key, _calls.ragged_layout(*args), self._present, workspace)
+        return (result, lse) if return_lse else result

@@ -1,0 +1,247 @@
+"""PagedAttentionRunner / RaggedAttentionRunner (python/splitkv/runners.py): a run gives
+bitwise what the one-shot function gives for the same arguments, reads the bound index
+tensors' values at every run, validates again when one of them changes shape, and refuses
+what the one-shot function refuses, with its message."""
+
+import re
+
+import pytest
+import torch
+
+import harness
+import splitkv
+from harness import DEVICES
+from splitkv import _calls
+from splitkv import runners
+
+_DTYPE = torch.float16
+
+
+def _as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _fresh_q(problem, seed):
+    q = torch.randn(problem.q.shape, generator=torch.Generator().manual_seed(seed))
+    return q.to(problem.q.dtype).to(problem.q.device)
+
+
+def _paged_runner(problem, workspace, **options):
+    return splitkv.PagedAttentionRunner(workspace, problem.block_tables, problem.seq_lens,
+                                        **problem.kwargs(**options))
+
+
+def _error(call):
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    return info.type, str(info.value)
+
+
+_PAGED_CASES = {
+    "5d": (dict(seq_lens=[40, 17, 64], page_size=16, group=2), {}),
+    "pair_nhd": (dict(seq_lens=[33, 5], page_size=16, group=4, kv_layout="NHD", kv_form="pair"),
+                 {}),
+    "cu_seqlens_q": (dict(seq_lens=[40, 30], page_size=16, q_lens=[3, 2]), {"max_q_len": 3}),
+    "split_lse": (dict(seq_lens=[64, 50], page_size=16, group=2),
+                  {"num_splits": 3, "return_lse": True}),
+    "host_max_q_len": (dict(seq_lens=[40, 30], page_size=16, q_lens=[3, 2]), {}),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", sorted(_PAGED_CASES))
+def test_paged_runner_equals_paged_attention(device, case):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    make, options = _PAGED_CASES[case]
+    make = dict(make)
+    problem = harness.make_paged(make.pop("seq_lens"), dtype=_DTYPE, device=device, **make)
+    runner = _paged_runner(problem, workspace, **options)
+    for seed in range(3):  # the first run validates; the next ones take the runner's path
+        problem.q = _fresh_q(problem, seed)
+        out = torch.full_like(problem.q, float("nan"))
+        ran = _as_tuple(runner.run(problem.q, problem.kv_cache, out=out))
+        assert ran[0] is out
+        one_shot = _as_tuple(problem.run(workspace, out=torch.full_like(out, float("nan")),
+                                         **options))
+        for a, b in zip(ran, one_shot):
+            assert torch.equal(a, b)
+        new_out = _as_tuple(runner.run(problem.q, problem.kv_cache))
+        for a, b in zip(new_out, one_shot):
+            assert torch.equal(a, b)
+    assert len(runner._layouts) == 2  # out given, out new
+    expected = problem.reference(**options)
+    harness.assert_close(out, expected[0], _DTYPE)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_runner_reads_index_values_at_every_run(device):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_paged([64, 50, 33], page_size=16, group=2, dtype=_DTYPE, device=device)
+    runner = _paged_runner(problem, workspace)
+    for _ in range(2):
+        runner.run(problem.q, problem.kv_cache)
+    # A serving step's update in place: shorter requests, and two of them swap pages.
+    problem.seq_lens.copy_(torch.tensor([17, 50, 2], dtype=torch.int32))
+    problem.block_tables[[0, 1]] = problem.block_tables[[1, 0]].clone()
+    problem.keys[0], problem.keys[1] = problem.keys[1][:17], problem.keys[0][:50]
+    problem.values[0], problem.values[1] = problem.values[1][:17], problem.values[0][:50]
+    problem.keys[2], problem.values[2] = problem.keys[2][:2], problem.values[2][:2]
+    ran = runner.run(problem.q, problem.kv_cache)
+    assert torch.equal(ran, problem.run(workspace))
+    harness.assert_close(ran, problem.reference()[0], _DTYPE)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_runner_validates_an_index_tensor_changed_in_place(device):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE, device=device)
+    runner = _paged_runner(problem, workspace)
+    for _ in range(2):
+        runner.run(problem.q, problem.kv_cache)
+    problem.seq_lens.resize_(1)  # now disagrees with block_tables' batch of 2
+    expected = _error(lambda: problem.run(workspace))
+    assert expected[1].startswith("paged_attention: seq_lens")
+    assert _error(lambda: runner.run(problem.q, problem.kv_cache)) == expected
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_paged_runner_refuses_what_paged_attention_refuses(device):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_paged([40, 17], page_size=16, group=2, dtype=_DTYPE, device=device)
+    runner = _paged_runner(problem, workspace)
+    runner.run(problem.q, problem.kv_cache)
+    runner.run(problem.q, problem.kv_cache)
+    # Per run: an out over q (the layout is cached: the overlap is found per call), a q of
+    # another head_dim, a cache of another dtype.
+    bad_runs = [
+        dict(q=problem.q, kv_cache=problem.kv_cache, out=problem.q),
+        dict(q=problem.q[..., :32].contiguous(), kv_cache=problem.kv_cache),
+        dict(q=problem.q.float(), kv_cache=problem.kv_cache),
+    ]
+    for args in bad_runs:
+        q, kv_cache = args.pop("q"), args.pop("kv_cache")
+        expected = _error(lambda: splitkv.paged_attention(
+            q, kv_cache, problem.block_tables, problem.seq_lens, workspace, **args))
+        assert _error(lambda: runner.run(q, kv_cache, **args)) == expected
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("bad", [
+    {"window_left": -2}, {"causal": 1}, {"num_splits": 0}, {"logits_soft_cap": -1.0},
+    {"kv_layout": "XHD"}, {"kv_layout": 0}, {"return_lse": None}, {"max_q_len": 0},
+    {"sm_scale": float("inf")}, {"batch_invariant": "yes"},
+])
+def test_paged_runner_refuses_bad_options_when_made(bad):
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    expected = _error(lambda: splitkv.paged_attention(problem.q, problem.kv_cache,
+                                                      problem.block_tables, problem.seq_lens,
+                                                      workspace, **bad))
+    made = _error(lambda: splitkv.PagedAttentionRunner(workspace, problem.block_tables,
+                                                       problem.seq_lens, **bad))
+    assert made == expected
+
+
+@pytest.mark.parametrize("which", ["block_tables", "seq_lens"])
+def test_paged_runner_refuses_bad_index_tensors_when_made(which):
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    bad = {"block_tables": problem.block_tables, "seq_lens": problem.seq_lens}
+    bad[which] = bad[which].long()
+    expected = _error(lambda: splitkv.paged_attention(problem.q, problem.kv_cache,
+                                                      bad["block_tables"], bad["seq_lens"],
+                                                      workspace))
+    assert re.search(rf"^paged_attention: {which}.*int32", expected[1])
+    made = _error(lambda: splitkv.PagedAttentionRunner(workspace, bad["block_tables"],
+                                                       bad["seq_lens"]))
+    assert made == expected
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_ragged_runner_equals_ragged_attention(device):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_ragged([30, 0, 8], [200, 3, 8], group=4, dtype=_DTYPE, device=device,
+                                  strided=True)
+    runner = splitkv.RaggedAttentionRunner(workspace, problem.cu_seqlens_q, problem.cu_seqlens_kv,
+                                           num_splits=4, return_lse=True)
+    for seed in range(3):
+        problem.q = _fresh_q(problem, seed)
+        out = torch.full_like(problem.q, float("nan"))
+        ran = runner.run(problem.q, problem.k, problem.v, out=out)
+        one_shot = problem.run(workspace, num_splits=4, return_lse=True)
+        assert ran[0] is out
+        assert torch.equal(ran[0], one_shot[0]) and torch.equal(ran[1], one_shot[1])
+    assert len(runner._layouts) == 1
+    expected, expected_lse = problem.reference()
+    harness.assert_close(out, expected, _DTYPE)
+    harness.assert_lse_close(ran[1], expected_lse)
+    # New lengths in place (the same totals): read at the next run.
+    problem.cu_seqlens_q.copy_(torch.tensor([0, 10, 20, 38], dtype=torch.int32))
+    problem.cu_seqlens_kv.copy_(torch.tensor([0, 100, 150, 211], dtype=torch.int32))
+    ran = runner.run(problem.q, problem.k, problem.v)
+    one_shot = problem.run(workspace, num_splits=4, return_lse=True)
+    assert torch.equal(ran[0], one_shot[0]) and torch.equal(ran[1], one_shot[1])
+    harness.assert_close(ran[0], problem.reference()[0], _DTYPE)
+    harness.assert_counter_region_zero(workspace)
+
+
+def test_ragged_runner_refuses_bad_options_when_made():
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_ragged([3], [3], dtype=_DTYPE)
+    for bad in ({"window_left": -2}, {"max_q_len": -1}, {"causal": None}):
+        expected = _error(lambda: problem.run(workspace, **bad))
+        made = _error(lambda: splitkv.RaggedAttentionRunner(
+            workspace, problem.cu_seqlens_q, problem.cu_seqlens_kv, **bad))
+        assert made == expected
+
+
+def test_runner_layouts_are_bounded(monkeypatch):
+    monkeypatch.setattr(runners, "_MAX_RUNNER_LAYOUTS", 2)
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_paged([40, 17], page_size=16, group=2, dtype=_DTYPE)
+    runner = _paged_runner(problem, workspace)
+    total_q, heads, head_dim = problem.q.shape
+    # Three layouts of q: contiguous, and two views with other token strides.
+    wide = torch.zeros(total_q, heads, 2 * head_dim, dtype=_DTYPE)[..., :head_dim]
+    more_heads = torch.zeros(total_q, heads + 1, head_dim, dtype=_DTYPE)[:, :heads]
+    sizes = []
+    for q in (problem.q, wide, more_heads):
+        q.copy_(problem.q)
+        assert torch.equal(runner.run(q, problem.kv_cache), problem.run(workspace))
+        sizes.append(len(runner._layouts))
+    assert sizes == [1, 2, 1]  # full at two: emptied before the third is kept
+
+
+@pytest.mark.gpu
+def test_paged_runner_under_cuda_graph_replay():
+    harness.require("cuda")
+    workspace = splitkv.Workspace(64 << 20, "cuda")
+    problem = harness.make_paged([300, 17, 1000], page_size=16, group=4, dtype=torch.bfloat16,
+                                 device="cuda")
+    runner = _paged_runner(problem, workspace)
+    out = torch.full_like(problem.q, float("nan"))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        runner.run(problem.q, problem.kv_cache, out=out)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        runner.run(problem.q, problem.kv_cache, out=out)
+    problem.q.copy_(_fresh_q(problem, 7))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = runner.run(problem.q, problem.kv_cache)
+    assert torch.equal(out, eager)
+    assert torch.equal(out, problem.run(workspace))
+    harness.assert_close(out, problem.reference()[0], torch.bfloat16)
+    harness.assert_counter_region_zero(workspace)
