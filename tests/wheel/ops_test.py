@@ -197,6 +197,28 @@ def test_plain_functions_compile_through_the_ops():
     harness.assert_counter_region_zero(workspace)
 
 
+def test_runners_compile_through_the_ops():
+    """PagedAttentionRunner.run / RaggedAttentionRunner.run under fullgraph compile, made
+    outside the compiled function (their bound tensors are the runner's): bitwise eager."""
+    p = _paged_problem("cpu", dtype=torch.bfloat16)
+    r = _ragged_problem("cpu", dtype=torch.bfloat16)
+    workspace = harness.shared_workspace("cpu")
+    paged = splitkv.PagedAttentionRunner(workspace, p.block_tables, p.seq_lens, num_splits=2)
+    ragged = splitkv.RaggedAttentionRunner(workspace, r.cu_seqlens_q, r.cu_seqlens_kv,
+                                           num_splits=3, max_q_len=int(r.q.shape[0]))
+
+    @torch.compile(fullgraph=True)
+    def step(q, kv_cache, rq, rk, rv):
+        return paged.run(q, kv_cache), ragged.run(rq, rk, rv)
+
+    decode, prefill = step(p.q, p.kv_cache, r.q, r.k, r.v)
+    harness.assert_bitwise_equal(decode, paged.run(p.q, p.kv_cache))
+    harness.assert_bitwise_equal(prefill, ragged.run(r.q, r.k, r.v))
+    harness.assert_close(decode, p.reference()[0], p.dtype)
+    harness.assert_close(prefill, r.reference()[0], r.dtype)
+    harness.assert_counter_region_zero(workspace)
+
+
 @pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
 def test_compiled_calls_take_symbolic_scalars(dynamic):
     """An int option that changes between calls (a server's max_q_len per batch) becomes a
