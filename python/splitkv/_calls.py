@@ -85,8 +85,10 @@ def _head_dim(op, name, head_dim, q):
 
 
 def _index(op, name, x, q, ndim):
+    """An index tensor's checks; its device's only with q (a runner binds it before q)."""
     _checks.index_tensor(op, name, x, ndim)
-    _checks.device(op, name, x, q.device)
+    if q is not None:
+        _checks.device(op, name, x, q.device)
 
 
 def longest(cu_seqlens):
@@ -111,22 +113,6 @@ def _options(op, head_dim, causal, sm_scale, window_left, logits_soft_cap, num_s
                                              "None (the planner chooses) or an int >= 1")
     options.batch_invariant = _checks.flag(op, "batch_invariant", batch_invariant)
     return options
-
-
-def check_options(op, causal, sm_scale, window_left, logits_soft_cap, num_splits,
-                  batch_invariant, return_lse, max_q_len, min_q_len, kv_layout=None):
-    """The option checks of the full path that need no tensor (a runner's construction),
-    with the same messages; kv_layout for paged calls."""
-    if kv_layout is not None or op == PAGED:
-        _kv_layout_shape(op, kv_layout)
-    options = _options(op, 1, causal, sm_scale, window_left, logits_soft_cap, num_splits,
-                       batch_invariant)
-    if sm_scale is None:  # the default needs q's head_dim; any finite value passes
-        options.sm_scale = 1.0
-    _splitkv.CheckOptions(op, options)
-    _checks.flag(op, "return_lse", return_lse)
-    if max_q_len is not None:
-        _checks.integer(op, "max_q_len", max_q_len, min_q_len, f"an int >= {min_q_len}")
 
 
 def _workspace(op, workspace, q, operands):
@@ -243,12 +229,9 @@ def _key_positions(op, kv_offsets, full_seq_lens, q, batch_size):
         _checks.dim(op, name, x, 0, batch_size, "batch_size, block_tables.shape[0]")
 
 
-def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
-                  sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
-                  max_q_len, launch, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
-                  kv_offsets=None, full_seq_lens=None):
-    dtype, backend = _query(op, q)
-    k, v = _paged_kv(op, kv_cache, kv_layout, q)
+def _paged_indices(op, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens, q):
+    """paged_params' checks of the index tensors (q None: all but their devices'); returns
+    (batch_size, max_pages_per_seq)."""
     _index(op, "block_tables", block_tables, q, 2)
     _index(op, "seq_lens", seq_lens, q, 1)
     batch_size, max_pages_per_seq = block_tables.shape
@@ -263,6 +246,40 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
         _checks.dim(op, "cu_seqlens_q", cu_seqlens_q, 0, batch_size + 1,
                     "batch_size + 1, block_tables.shape[0] + 1")
     _key_positions(op, kv_offsets, full_seq_lens, q, batch_size)
+    return batch_size, max_pages_per_seq
+
+
+def check_paged_binding(block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens,
+                        kv_layout, max_q_len, causal, sm_scale, window_left, logits_soft_cap,
+                        num_splits, batch_invariant, return_lse):
+    """paged_params' checks that need no q, cache or out, in its order and with its messages,
+    the C++ option checks last as in the launchers: a PagedAttentionRunner's construction."""
+    _kv_layout_shape(PAGED, kv_layout)
+    _paged_indices(PAGED, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens, None)
+    _check_binding_tail(PAGED, max_q_len, 1, causal, sm_scale, window_left, logits_soft_cap,
+                        num_splits, batch_invariant, return_lse)
+
+
+def _check_binding_tail(op, max_q_len, min_q_len, causal, sm_scale, window_left,
+                        logits_soft_cap, num_splits, batch_invariant, return_lse):
+    if max_q_len is not None:
+        _checks.integer(op, "max_q_len", max_q_len, min_q_len, f"an int >= {min_q_len}")
+    options = _options(op, 1, causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                       batch_invariant)
+    _checks.flag(op, "return_lse", return_lse)
+    if sm_scale is None:  # the default needs q's head_dim; any finite value passes
+        options.sm_scale = 1.0
+    _splitkv.CheckOptions(op, options)
+
+
+def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
+                  sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
+                  max_q_len, launch, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
+                  kv_offsets=None, full_seq_lens=None):
+    dtype, backend = _query(op, q)
+    k, v = _paged_kv(op, kv_cache, kv_layout, q)
+    batch_size, max_pages_per_seq = _paged_indices(op, block_tables, seq_lens, cu_seqlens_q,
+                                                   kv_offsets, full_seq_lens, q)
     if max_q_len is None:
         max_q_len = max(1, longest(cu_seqlens_q)) if cu_seqlens_q is not None else 1
     else:
@@ -316,6 +333,28 @@ def paged_params(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_
 # ---- ragged ----
 
 
+def _ragged_indices(op, cu_seqlens_q, cu_seqlens_kv, q):
+    """ragged_params' checks of cu_seqlens_q / cu_seqlens_kv (q None: all but their
+    devices'); returns batch_size."""
+    _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
+    _index(op, "cu_seqlens_kv", cu_seqlens_kv, q, 1)
+    if cu_seqlens_q.numel() < 1:
+        _checks.fail(op, "cu_seqlens_q", "is empty", "[batch_size + 1] prefix sums from 0",
+                     "shape (0,)")
+    batch_size = cu_seqlens_q.numel() - 1
+    _checks.dim(op, "cu_seqlens_kv", cu_seqlens_kv, 0, batch_size + 1,
+                "batch_size + 1, cu_seqlens_q.shape[0]")
+    return batch_size
+
+
+def check_ragged_binding(cu_seqlens_q, cu_seqlens_kv, max_q_len, causal, sm_scale, window_left,
+                         logits_soft_cap, num_splits, batch_invariant, return_lse):
+    """As check_paged_binding, for a RaggedAttentionRunner."""
+    _ragged_indices(RAGGED, cu_seqlens_q, cu_seqlens_kv, None)
+    _check_binding_tail(RAGGED, max_q_len, 0, causal, sm_scale, window_left, logits_soft_cap,
+                        num_splits, batch_invariant, return_lse)
+
+
 def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
                    window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len, launch,
                    batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
@@ -326,14 +365,7 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
     _checks.same_dtype(op, "v", v, "k", k)
     _checks.same_shape(op, "v", v, "k", k)
     _head_dim(op, "k", k.shape[2], q)
-    _index(op, "cu_seqlens_q", cu_seqlens_q, q, 1)
-    _index(op, "cu_seqlens_kv", cu_seqlens_kv, q, 1)
-    if cu_seqlens_q.numel() < 1:
-        _checks.fail(op, "cu_seqlens_q", "is empty", "[batch_size + 1] prefix sums from 0",
-                     "shape (0,)")
-    batch_size = cu_seqlens_q.numel() - 1
-    _checks.dim(op, "cu_seqlens_kv", cu_seqlens_kv, 0, batch_size + 1,
-                "batch_size + 1, cu_seqlens_q.shape[0]")
+    batch_size = _ragged_indices(op, cu_seqlens_q, cu_seqlens_kv, q)
     if max_q_len is None:
         max_q_len = longest(cu_seqlens_q)
     else:

@@ -15,7 +15,6 @@ region). Runs give bitwise the results of the one-shot functions with the same a
 import torch
 
 from splitkv import _calls
-from splitkv import _checks
 from splitkv import ops
 
 # Layouts one runner remembers (q shapes x caches x out kinds): a runner lives for a step.
@@ -23,18 +22,11 @@ _MAX_RUNNER_LAYOUTS = 64
 
 
 def _fixed_layout(tensors):
-    """Shapes and strides of the bound tensors present (a runner's `_present`): a run
-    compares them with those its cached layout was validated with, so a tensor resized,
-    restrided or replaced in place (resize_, as_strided_, set_) takes the full path again."""
-    return [(x.shape, x.stride()) for x in tensors]
-
-
-def _index_arguments(op, tensors):
-    """The full path's checks of each bound index tensor (name, tensor or None, rank) that
-    need no q."""
-    for name, x, ndim in tensors:
-        if x is not None:
-            _checks.index_tensor(op, name, x, ndim)
+    """The signatures of the bound tensors present (a runner's `_present`): a run compares
+    them with those its cached layout was validated with, so a tensor changed in place
+    (resize_, as_strided_, set_; and torch.utils.swap_tensors or ``x.data = y``, which can
+    change its dtype, device, class or neg bit too) takes the full path again."""
+    return [_calls.value_signature(x) for x in tensors]
 
 
 def _keep(layouts, key, layout, present, workspace):
@@ -60,10 +52,11 @@ class PagedAttentionRunner:
     Raises
     ------
     TypeError, ValueError
-        At construction: an option of the wrong type or out of range, an index tensor that
-        is not an int32 tensor; as :func:`splitkv.paged_attention` with the same message.
-        Everything else (devices, shapes against q, the workspace) is checked by the first
-        :meth:`run` of each layout.
+        At construction, what :func:`splitkv.paged_attention` checks without q, the cache
+        or out, in its order and with its message: kv_layout, the index tensors (dtype,
+        rank, contiguity, batch sizes that agree, kv_offsets and full_seq_lens both or
+        neither), max_q_len, the options and their ranges. Everything else (devices, shapes
+        against q, the workspace) is checked by the first :meth:`run` of each layout.
 
     Example
     -------
@@ -78,13 +71,10 @@ class PagedAttentionRunner:
                  sm_scale=None, causal=True, window_left=-1, logits_soft_cap=0.0,
                  num_splits=None, return_lse=False, max_q_len=None, batch_invariant=False,
                  kv_offsets=None, full_seq_lens=None):
-        op = _calls.PAGED
-        # The options' own checks (head_dim is q's: sm_scale's default waits for a run).
-        _calls.check_options(op, causal, sm_scale, window_left, logits_soft_cap, num_splits,
-                             batch_invariant, return_lse, max_q_len, 1, kv_layout)
-        _index_arguments(op, [("block_tables", block_tables, 2), ("seq_lens", seq_lens, 1),
-                              ("cu_seqlens_q", cu_seqlens_q, 1), ("kv_offsets", kv_offsets, 1),
-                              ("full_seq_lens", full_seq_lens, 1)])
+        _calls.check_paged_binding(block_tables, seq_lens, cu_seqlens_q, kv_offsets,
+                                   full_seq_lens, kv_layout, max_q_len, causal, sm_scale,
+                                   window_left, logits_soft_cap, num_splits, batch_invariant,
+                                   return_lse)
         self._fixed = (block_tables, seq_lens, workspace, cu_seqlens_q, kv_offsets, full_seq_lens)
         self._present = [x for x in (block_tables, seq_lens, cu_seqlens_q, kv_offsets,
                                      full_seq_lens) if x is not None]
@@ -116,7 +106,10 @@ class PagedAttentionRunner:
             key = entry = None
         if entry is not None:
             layout, fixed_layout, workspace_signature = entry
-            view = _calls.workspace_view(workspace)
+            try:  # a Workspace whose .tensor is no longer a tensor: the full path says so
+                view = _calls.workspace_view(workspace)
+            except Exception:  # noqa: BLE001
+                view = (None, None)
             if view[1] == workspace_signature and _fixed_layout(self._present) == fixed_layout:
                 if layout.v_offset is None:
                     k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
@@ -170,10 +163,9 @@ class RaggedAttentionRunner:
     def __init__(self, workspace, cu_seqlens_q, cu_seqlens_kv, *, causal=True, sm_scale=None,
                  window_left=-1, logits_soft_cap=0.0, num_splits=None, return_lse=False,
                  max_q_len=None, batch_invariant=False):
-        op = _calls.RAGGED
-        _calls.check_options(op, causal, sm_scale, window_left, logits_soft_cap, num_splits,
-                             batch_invariant, return_lse, max_q_len, 0)
-        _index_arguments(op, [("cu_seqlens_q", cu_seqlens_q, 1), ("cu_seqlens_kv", cu_seqlens_kv, 1)])
+        _calls.check_ragged_binding(cu_seqlens_q, cu_seqlens_kv, max_q_len, causal, sm_scale,
+                                    window_left, logits_soft_cap, num_splits, batch_invariant,
+                                    return_lse)
         self._fixed = (cu_seqlens_q, cu_seqlens_kv, workspace)
         self._present = [x for x in (cu_seqlens_q, cu_seqlens_kv) if x is not None]
         self._options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse,
@@ -201,7 +193,10 @@ class RaggedAttentionRunner:
             key = entry = None
         if entry is not None:
             layout, fixed_layout, workspace_signature = entry
-            view = _calls.workspace_view(workspace)
+            try:  # a Workspace whose .tensor is no longer a tensor: the full path says so
+                view = _calls.workspace_view(workspace)
+            except Exception:  # noqa: BLE001
+                view = (None, None)
             if view[1] == workspace_signature and _fixed_layout(self._present) == fixed_layout:
                 result, lse = _calls.new_outputs(layout, q, out, return_lse)
                 addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),

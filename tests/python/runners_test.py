@@ -149,6 +149,66 @@ def test_paged_runner_refuses_bad_options_when_made(bad):
     assert made == expected
 
 
+@pytest.mark.parametrize("bad", [
+    {"logits_soft_cap": -1.0, "return_lse": None}, {"max_q_len": 0, "causal": 1},
+    {"sm_scale": float("nan"), "return_lse": 1},
+])
+def test_paged_runner_checks_in_paged_attentions_order(bad):
+    """Two bad options: the refusal is the one paged_attention gives first."""
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    expected = _error(lambda: splitkv.paged_attention(problem.q, problem.kv_cache,
+                                                      problem.block_tables, problem.seq_lens,
+                                                      workspace, **bad))
+    made = _error(lambda: splitkv.PagedAttentionRunner(workspace, problem.block_tables,
+                                                       problem.seq_lens, **bad))
+    assert made == expected
+
+
+def test_paged_runner_refuses_kv_offsets_without_full_seq_lens():
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    offsets = torch.zeros(2, dtype=torch.int64)  # also the wrong dtype: the pairing comes first
+    expected = _error(lambda: splitkv.paged_attention(problem.q, problem.kv_cache,
+                                                      problem.block_tables, problem.seq_lens,
+                                                      workspace, kv_offsets=offsets))
+    assert "given without the other" in expected[1]
+    made = _error(lambda: splitkv.PagedAttentionRunner(workspace, problem.block_tables,
+                                                       problem.seq_lens, kv_offsets=offsets))
+    assert made == expected
+
+
+@pytest.mark.parametrize("how", ["swap_tensors", "data"])
+def test_paged_runner_sees_a_bound_tensor_replaced_in_place(how):
+    """torch.utils.swap_tensors and `x.data = y` keep the object, shape and strides but
+    change the dtype: the run refuses it as paged_attention does (int64 index tensors)."""
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+    runner = _paged_runner(problem, workspace)
+    for _ in range(2):
+        runner.run(problem.q, problem.kv_cache)
+    wider = problem.seq_lens.to(torch.int64)
+    if how == "swap_tensors":
+        torch.utils.swap_tensors(problem.seq_lens, wider)
+    else:
+        problem.seq_lens.data = wider
+    expected = _error(lambda: problem.run(workspace))
+    assert expected[0] is TypeError and "seq_lens dtype unsupported" in expected[1]
+    assert _error(lambda: runner.run(problem.q, problem.kv_cache)) == expected
+    harness.assert_counter_region_zero(workspace)
+
+
+def test_runner_with_a_workspace_whose_tensor_was_replaced():
+    workspace = splitkv.Workspace(64 << 20, "cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    runner = _paged_runner(problem, workspace)
+    for _ in range(2):
+        runner.run(problem.q, problem.kv_cache)
+    workspace.tensor = None
+    expected = _error(lambda: problem.run(workspace))
+    assert _error(lambda: runner.run(problem.q, problem.kv_cache)) == expected
+
+
 @pytest.mark.parametrize("which", ["block_tables", "seq_lens"])
 def test_paged_runner_refuses_bad_index_tensors_when_made(which):
     workspace = harness.shared_workspace("cpu")
