@@ -79,6 +79,9 @@ void RecordOrderEvent(void* event, void* stream);
 void WaitOrderEvent(void* stream, void* event);
 // Whether `stream` is capturing a CUDA graph.
 bool StreamCapturing(void* stream);
+// The calling thread's current device, and setting it (cudaGetDevice / cudaSetDevice).
+int CurrentDevice();
+void SetDevice(int device);
 }  // namespace cuda
 
 }  // namespace splitkv

@@ -28,4 +28,21 @@ void StreamOrder::After(void* stream) {
   last_event_ = event;
 }
 
+ScopedDevice::ScopedDevice(int device) {
+  if (device < 0) return;
+  const int current = cuda::CurrentDevice();
+  if (current != device) {
+    cuda::SetDevice(device);
+    previous_ = current;
+  }
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ < 0) return;
+  try {
+    cuda::SetDevice(previous_);
+  } catch (...) {  // a destructor must not throw
+  }
+}
+
 }  // namespace splitkv

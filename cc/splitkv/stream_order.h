@@ -35,6 +35,23 @@ class StreamOrder {
   void* last_event_ = nullptr;
 };
 
+// Makes a CUDA `device` current for a scope (nothing for device < 0, the CPU, or when it
+// already is) and restores the previous one at its end. The Python templates' launch takes
+// the tensors' device and runs under one of these instead of entering torch.cuda.device
+// (about a microsecond a call on the GPU machines' hosts). Throws CudaError if the device
+// cannot be made current; a failure to restore it is ignored (the launch's own error, if
+// any, is the one to report).
+class ScopedDevice {
+ public:
+  explicit ScopedDevice(int device);
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 }  // namespace splitkv
 
 #endif  // SPLITKV_STREAM_ORDER_H_

@@ -472,17 +472,17 @@ def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "before")
         if not layout.cuda:
-            if not layout.launch(*addresses, c_workspace, 0, max_q_len, *scales, None):
+            if not layout.launch(*addresses, c_workspace, 0, -1, max_q_len, *scales, None):
                 return False
         else:
-            device = layout.device
-            with workspace_module.on_device(device):
-                # The stream order (wait for the workspace's last launch on another stream,
-                # record this one) runs in the same C++ call as the launch.
-                if not layout.launch(*addresses, c_workspace,
-                                     workspace_module.current_raw_stream(device.index), max_q_len,
-                                     *scales, order):
-                    return False
+            # The C++ call makes the tensors' device current for the launch (and back), and
+            # runs the stream order (wait for the workspace's last launch on another stream,
+            # record this one) around it.
+            index = layout.device.index
+            if not layout.launch(*addresses, c_workspace,
+                                 workspace_module.current_raw_stream(index), index, max_q_len,
+                                 *scales, order):
+                return False
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "after")
         return True

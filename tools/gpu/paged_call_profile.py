@@ -82,11 +82,11 @@ def main():
     layout = next(iter(_calls._layouts.values()))
     addresses = (q.data_ptr(), kv_cache.data_ptr(), kv_cache[:, 1].data_ptr(), 0,
                  block_tables.data_ptr(), seq_lens.data_ptr(), 0, 0, 0, out.data_ptr(), 0)
-    stream = torch.cuda.current_stream().cuda_stream
+    stream, index = torch.cuda.current_stream().cuda_stream, q.device.index
     print(f"layout.launch (C++ template)     "
-          f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, 1, 0, 0, None)):8.2f} us")
+          f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, index, 1, 0, 0, None)):8.2f} us")
     print(f"layout.launch + stream order     "
-          f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, 1, 0, 0, view[4])):8.2f} us")
+          f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, index, 1, 0, 0, view[4])):8.2f} us")
     print(f"_launch (stream order, launch)   "
           f"{_median_us(lambda: _calls.launch_layout('p', layout, addresses, workspace, view, 1, None, None)):8.2f} us")
     print(f"current_raw_stream               "

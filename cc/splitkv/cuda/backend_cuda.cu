@@ -400,6 +400,14 @@ void WaitOrderEvent(void* stream, void* event) {
             "splitkv: cudaStreamWaitEvent");
 }
 
+int CurrentDevice() {
+  int device = 0;
+  CheckCuda(cudaGetDevice(&device), "splitkv: cudaGetDevice");
+  return device;
+}
+
+void SetDevice(int device) { CheckCuda(cudaSetDevice(device), "splitkv: cudaSetDevice"); }
+
 bool StreamCapturing(void* stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CheckCuda(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status), "splitkv: cudaStreamIsCapturing");

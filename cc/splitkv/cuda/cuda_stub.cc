@@ -28,6 +28,8 @@ void DestroyOrderEvent(void*) noexcept {}
 void RecordOrderEvent(void*, void*) { Absent("splitkv"); }
 void WaitOrderEvent(void*, void*) { Absent("splitkv"); }
 bool StreamCapturing(void*) { Absent("splitkv"); }
+int CurrentDevice() { Absent("splitkv"); }
+void SetDevice(int) { Absent("splitkv"); }
 
 }  // namespace cuda
 }  // namespace splitkv
