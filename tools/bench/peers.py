@@ -128,14 +128,35 @@ def flex_decode(ctx, copies):
 # ---- decode over the paged cache ----
 
 
+# Options a runner's run takes (the layer's own tensors); the rest are bound when it is made.
+_RUN_OPTIONS = ("sinks", "k_scale", "v_scale")
+
+
+def _bind(op, workspace, args, options):
+    """op(*args, workspace, out=out, **options) as a call of out, through op's runner
+    (splitkv.PagedAttentionRunner / RaggedAttentionRunner): bitwise op's result, with the index
+    tensors, workspace and options bound once, as FlashInfer's rows call run() after plan()."""
+    run_options = {k: v for k, v in options.items() if k in _RUN_OPTIONS}
+    bound = {k: v for k, v in options.items() if k not in _RUN_OPTIONS}
+    if op is splitkv.paged_attention:
+        q, kv_cache, block_tables, seq_lens = args
+        runner = splitkv.PagedAttentionRunner(workspace, block_tables, seq_lens, **bound)
+        return lambda out: runner.run(q, kv_cache, out=out, **run_options)
+    q, k, v, cu_seqlens_q, cu_seqlens_kv = args
+    runner = splitkv.RaggedAttentionRunner(workspace, cu_seqlens_q, cu_seqlens_kv, **bound)
+    return lambda out: runner.run(q, k, v, out=out, **run_options)
+
+
 def _splitkv_prepared(ctx, copies, op, plan_op, args, options, variant="planned"):
     """A splitkv row's calls over its input copies: op(*args(copy), workspace, out=its own out,
-    **options(copy)) each, planned once on copy 0 for the row's num_splits; check() poisons copy
-    0's out with NaN first, so every element must be written."""
+    **options(copy)) each, through op's runner (_bind), planned once on copy 0 for the row's
+    num_splits; check() poisons copy 0's out with NaN first, so every element must be
+    written."""
     outs = [torch.empty_like(c.q) for c in copies]
+    calls = [_bind(op, ctx.workspace, args(c), options(c)) for c in copies]
 
     def call(i):
-        return op(*args(copies[i]), ctx.workspace, out=outs[i], **options(copies[i]))
+        return calls[i](outs[i])
 
     try:
         plan = plan_op(*args(copies[0]), ctx.workspace, out=outs[0], **options(copies[0]))
