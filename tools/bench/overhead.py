@@ -252,6 +252,10 @@ def _rows_tiny(device, iters, cuda):
         new_out = lambda: splitkv.paged_attention(  # noqa: E731
             p["q"], p["kv_cache"], p["block_tables"], p["seq_lens"], workspace)
         _add_paired(rows, shape, "splitkv (new out)", new_out, "SDPA", sdpa, iters, cuda)
+        if runner is not None:
+            runner_new_out = lambda: bound.run(p["q"], p["kv_cache"])  # noqa: E731
+            _add_paired(rows, shape, "splitkv runner.run (new out)", runner_new_out, "SDPA", sdpa,
+                        iters, cuda)
     if cuda and FLAGS.flashinfer:
         for tc in (False, True):
             name = f"FlashInfer decode run(){' tensor cores' if tc else ''}"
