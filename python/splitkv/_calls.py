@@ -618,6 +618,31 @@ def paged_layout(*args):
     return _paged_lookup(*args)[2]
 
 
+def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, workspace,
+                        cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale, kv_offsets,
+                        full_seq_lens):
+    """A paged call of a validated `layout` from its tensors' addresses (the per-call path of
+    paged_call and of a PagedAttentionRunner's run): (out, lse), or None, having launched
+    nothing, when out or the workspace shares bytes with another tensor (launch_layout)."""
+    if layout.v_offset is None:
+        k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
+    else:
+        k_address = kv_cache.data_ptr()
+        v_address = k_address + layout.v_offset
+    result, lse = new_outputs(layout, q, out, return_lse)
+    addresses = (q.data_ptr(), k_address, v_address, 0 if sinks is None else sinks.data_ptr(),
+                 block_tables.data_ptr(), seq_lens.data_ptr(),
+                 0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                 0 if kv_offsets is None else kv_offsets.data_ptr(),
+                 0 if full_seq_lens is None else full_seq_lens.data_ptr(), result.data_ptr(),
+                 0 if lse is None else lse.data_ptr())
+    if not launch_layout(op, layout, addresses, workspace, view,
+                         call_max_q_len(layout, cu_seqlens_q, True), k_scale, v_scale):
+        return None
+    written(out)
+    return result, lse
+
+
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
                max_q_len, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
@@ -630,22 +655,11 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                                       batch_invariant, sinks, k_scale, v_scale, kv_offsets,
                                       full_seq_lens)
     if layout is not None:
-        if layout.v_offset is None:
-            k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
-        else:
-            k_address = kv_cache.data_ptr()
-            v_address = k_address + layout.v_offset
-        result, lse = new_outputs(layout, q, out, return_lse)
-        addresses = (q.data_ptr(), k_address, v_address, 0 if sinks is None else sinks.data_ptr(),
-                     block_tables.data_ptr(), seq_lens.data_ptr(),
-                     0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
-                     0 if kv_offsets is None else kv_offsets.data_ptr(),
-                     0 if full_seq_lens is None else full_seq_lens.data_ptr(), result.data_ptr(),
-                     0 if lse is None else lse.data_ptr())
-        if launch_layout(op, layout, addresses, workspace, view, call_max_q_len(layout, cu_seqlens_q, True),
-                   k_scale, v_scale):
-            written(out)
-            return result, lse
+        ran = launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, workspace,
+                                  cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale,
+                                  kv_offsets, full_seq_lens)
+        if ran is not None:
+            return ran
     params, new_out, lse = paged_params(
         op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
         causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
@@ -706,6 +720,20 @@ def ragged_layout(*args):
     return _ragged_lookup(*args)[2]
 
 
+def launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
+                         return_lse, out, sinks, k_scale, v_scale):
+    """As launch_paged_layout, for a ragged layout."""
+    result, lse = new_outputs(layout, q, out, return_lse)
+    addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                 0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
+                 cu_seqlens_kv.data_ptr(), result.data_ptr(), 0 if lse is None else lse.data_ptr())
+    if not launch_layout(op, layout, addresses, workspace, view,
+                         call_max_q_len(layout, cu_seqlens_q, False), k_scale, v_scale):
+        return None
+    written(out)
+    return result, lse
+
+
 def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
                 window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
                 batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
@@ -715,15 +743,10 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                                        return_lse, out, max_q_len, batch_invariant, sinks,
                                        k_scale, v_scale)
     if layout is not None:
-        result, lse = new_outputs(layout, q, out, return_lse)
-        addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                     0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
-                     cu_seqlens_kv.data_ptr(), result.data_ptr(),
-                     0 if lse is None else lse.data_ptr())
-        if launch_layout(op, layout, addresses, workspace, view, call_max_q_len(layout, cu_seqlens_q, False),
-                   k_scale, v_scale):
-            written(out)
-            return result, lse
+        ran = launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                   workspace, return_lse, out, sinks, k_scale, v_scale)
+        if ran is not None:
+            return ran
     params, new_out, lse = ragged_params(
         op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, return_lse, out, max_q_len, launch=True,

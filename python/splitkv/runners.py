@@ -29,6 +29,20 @@ def _fixed_layout(tensors):
     return [_calls.value_signature(x) for x in tensors]
 
 
+def _still_valid(entry, workspace, present):
+    """(layout, workspace view) of a kept entry whose workspace and bound tensors are as they
+    were when it was kept; None sends the run to the full path (which also says what is
+    wrong with a Workspace whose tensor is no longer a tensor)."""
+    layout, fixed_layout, workspace_signature = entry
+    try:
+        view = _calls.workspace_view(workspace)
+    except Exception:  # noqa: BLE001
+        return None
+    if view[1] != workspace_signature or _fixed_layout(present) != fixed_layout:
+        return None
+    return layout, view
+
+
 def _keep(layouts, key, layout, present, workspace):
     """Remembers a layout the full path just validated (None: not cacheable, or the global
     cache was just emptied; the next run takes the full path again)."""
@@ -104,31 +118,13 @@ class PagedAttentionRunner:
             entry = self._layouts.get(key)
         except Exception:  # noqa: BLE001 - the full path says what is wrong
             key = entry = None
-        if entry is not None:
-            layout, fixed_layout, workspace_signature = entry
-            try:  # a Workspace whose .tensor is no longer a tensor: the full path says so
-                view = _calls.workspace_view(workspace)
-            except Exception:  # noqa: BLE001
-                view = (None, None)
-            if view[1] == workspace_signature and _fixed_layout(self._present) == fixed_layout:
-                if layout.v_offset is None:
-                    k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
-                else:
-                    k_address = kv_cache.data_ptr()
-                    v_address = k_address + layout.v_offset
-                result, lse = _calls.new_outputs(layout, q, out, return_lse)
-                addresses = (q.data_ptr(), k_address, v_address,
-                             0 if sinks is None else sinks.data_ptr(), block_tables.data_ptr(),
-                             seq_lens.data_ptr(),
-                             0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
-                             0 if kv_offsets is None else kv_offsets.data_ptr(),
-                             0 if full_seq_lens is None else full_seq_lens.data_ptr(),
-                             result.data_ptr(), 0 if lse is None else lse.data_ptr())
-                if _calls.launch_layout(_calls.PAGED, layout, addresses, workspace, view,
-                                        _calls.call_max_q_len(layout, cu_seqlens_q, True),
-                                        k_scale, v_scale):
-                    _calls.written(out)
-                    return (result, lse) if return_lse else result
+        hit = None if entry is None else _still_valid(entry, workspace, self._present)
+        if hit is not None:
+            ran = _calls.launch_paged_layout(_calls.PAGED, *hit, q, kv_cache, block_tables,
+                                             seq_lens, workspace, cu_seqlens_q, return_lse, out,
+                                             sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
+            if ran is not None:
+                return ran if return_lse else ran[0]
         args = (q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
                 causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
                 batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
@@ -191,23 +187,13 @@ class RaggedAttentionRunner:
             entry = self._layouts.get(key)
         except Exception:  # noqa: BLE001 - the full path says what is wrong
             key = entry = None
-        if entry is not None:
-            layout, fixed_layout, workspace_signature = entry
-            try:  # a Workspace whose .tensor is no longer a tensor: the full path says so
-                view = _calls.workspace_view(workspace)
-            except Exception:  # noqa: BLE001
-                view = (None, None)
-            if view[1] == workspace_signature and _fixed_layout(self._present) == fixed_layout:
-                result, lse = _calls.new_outputs(layout, q, out, return_lse)
-                addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                             0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
-                             cu_seqlens_kv.data_ptr(), result.data_ptr(),
-                             0 if lse is None else lse.data_ptr())
-                if _calls.launch_layout(_calls.RAGGED, layout, addresses, workspace, view,
-                                        _calls.call_max_q_len(layout, cu_seqlens_q, False),
-                                        k_scale, v_scale):
-                    _calls.written(out)
-                    return (result, lse) if return_lse else result
+        hit = None if entry is None else _still_valid(entry, workspace, self._present)
+        if hit is not None:
+            ran = _calls.launch_ragged_layout(_calls.RAGGED, *hit, q, k, v, cu_seqlens_q,
+                                              cu_seqlens_kv, workspace, return_lse, out, sinks,
+                                              k_scale, v_scale)
+            if ran is not None:
+                return ran if return_lse else ran[0]
         args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
                 logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant, sinks,
                 k_scale, v_scale)

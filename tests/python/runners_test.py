@@ -137,24 +137,11 @@ def test_paged_runner_refuses_what_paged_attention_refuses(device):
     {"window_left": -2}, {"causal": 1}, {"num_splits": 0}, {"logits_soft_cap": -1.0},
     {"kv_layout": "XHD"}, {"kv_layout": 0}, {"return_lse": None}, {"max_q_len": 0},
     {"sm_scale": float("inf")}, {"batch_invariant": "yes"},
-])
-def test_paged_runner_refuses_bad_options_when_made(bad):
-    workspace = harness.shared_workspace("cpu")
-    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
-    expected = _error(lambda: splitkv.paged_attention(problem.q, problem.kv_cache,
-                                                      problem.block_tables, problem.seq_lens,
-                                                      workspace, **bad))
-    made = _error(lambda: splitkv.PagedAttentionRunner(workspace, problem.block_tables,
-                                                       problem.seq_lens, **bad))
-    assert made == expected
-
-
-@pytest.mark.parametrize("bad", [
+    # Two bad options: the refusal is the one paged_attention gives first.
     {"logits_soft_cap": -1.0, "return_lse": None}, {"max_q_len": 0, "causal": 1},
     {"sm_scale": float("nan"), "return_lse": 1},
 ])
-def test_paged_runner_checks_in_paged_attentions_order(bad):
-    """Two bad options: the refusal is the one paged_attention gives first."""
+def test_paged_runner_refuses_bad_options_when_made(bad):
     workspace = harness.shared_workspace("cpu")
     problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
     expected = _error(lambda: splitkv.paged_attention(problem.q, problem.kv_cache,
