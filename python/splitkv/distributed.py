@@ -169,7 +169,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
     Raises
     ------
     TypeError, ValueError
-        group neither None nor a ProcessGroup (TypeError);
+        group neither None nor a ProcessGroup (TypeError), or ``new_group``'s
+        ``NON_GROUP_MEMBER`` on a rank outside that group (ValueError);
         block_tables, seq_lens, kv_offsets or full_seq_lens not int32 ``[batch_size]`` on
         q's device (before any launch); then as :func:`splitkv.paged_attention` for this
         rank's arguments, including, on the CPU, a shard outside its request
@@ -195,6 +196,13 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, kv_offsets, full_seq_le
     ...     window_left=127, sinks=sinks)
     """
     _check(q, block_tables, seq_lens, kv_offsets, full_seq_lens)
+    non_member = getattr(dist.GroupMember, "NON_GROUP_MEMBER", None)
+    if (group is not None and non_member is not None and type(group) is type(non_member)
+            and group == non_member):
+        # What dist.new_group returns on a rank outside the new group (-100 in torch 2.13).
+        _checks.fail(_OP, "group", "does not hold this rank",
+                     "a group this rank belongs to (every rank of it must make the call)",
+                     "dist.GroupMember.NON_GROUP_MEMBER (new_group's value on a rank outside it)")
     if group is not None and not isinstance(group, dist.ProcessGroup):
         _checks.fail(_OP, "group", "has the wrong type",
                      "None (the default group) or a torch.distributed.ProcessGroup",

@@ -106,6 +106,16 @@ def _worker(rank, world, store_path, device_type):
         if world == 3:
             # group=: ranks 0 and 2 share the keys, rank 1 stays out of the call.
             pair = dist.new_group([0, 2])
+            if rank == 1:
+                # new_group's value on a rank outside the group: refused, not a TypeError
+                # about an int (found by a probe).
+                case = _cases(2)[0]
+                problem = cp.make_problem(case, device)
+                kv, tables, lens, offsets, full = problem.paged(case, [0] * 4, case.full_lens,
+                                                                device, seed=0)
+                with pytest.raises(ValueError, match="group does not hold this rank"):
+                    splitkv.distributed.paged_attention(problem.q, kv, tables, lens, offsets,
+                                                        full, workspace, group=pair)
             if rank != 1:
                 for i in (2, 5):
                     case = _on_device(_cases(2)[i], device_type)

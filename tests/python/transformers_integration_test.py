@@ -311,6 +311,41 @@ def test_layer_call_refusals(edit, message):
     assert str(caught.value) == _PREFIX + message
 
 
+@pytest.mark.parametrize("key_edit, value_edit, error, message", [
+    (None, lambda v: v[:, :, :2], ValueError,
+     "value shape mismatch: expected (1, 2, 3, 64) (the shape of key), got (1, 2, 2, 64)"),
+    (lambda k: k[:, :, :2], lambda v: v[:, :, :2], ValueError,
+     "key shape mismatch: expected [1, num_kv_heads, 3, 64] (query's total_q and head_dim), got "
+     "(1, 2, 2, 64)"),
+    (lambda k: k.half(), lambda v: v.half(), TypeError,
+     "key dtype mismatch: expected torch.float32 (query's dtype), got torch.float16"),
+    (lambda k: torch.randn(1, 3, 3, 64), lambda v: torch.randn(1, 3, 3, 64), ValueError,
+     "num_qo_heads is not a multiple of num_kv_heads: expected a multiple of 3 (key.shape[1]), "
+     "got 8"),
+], ids=["value_tokens", "key_tokens", "key_dtype", "heads_not_multiple"])
+def test_layer_call_refuses_key_value_before_writing_the_cache(key_edit, value_edit, error, message):
+    # Found by a probe: index_copy_ raised a raw IndexError / RuntimeError, or wrote the
+    # cache before splitkv refused the call.
+    module, q, k, kwargs = _layer_inputs()
+    cache = torch.zeros(8, 2, 64)
+    kwargs["cache"].key_cache, kwargs["cache"].value_cache = [cache], [cache.clone()]
+    key = key_edit(k) if key_edit else k
+    value = value_edit(k.clone()) if value_edit else k.clone()
+    with pytest.raises(error) as caught:
+        splitkv_hf.paged_attention_forward(module, q, key, value, None, **kwargs)
+    assert str(caught.value) == _PREFIX + message
+    assert int(kwargs["cache"].key_cache[0].count_nonzero()) == 0
+
+
+def test_integer_sinks_are_refused_not_converted():
+    module, q, k, kwargs = _layer_inputs()
+    with pytest.raises(TypeError) as caught:
+        splitkv_hf.paged_attention_forward(module, q, k, k, None,
+                                           s_aux=torch.zeros(8, dtype=torch.int64), **kwargs)
+    assert str(caught.value) == _PREFIX + ("sinks dtype unsupported: expected a floating-point "
+                                           "tensor (s_aux / module.sinks), got torch.int64")
+
+
 def test_hub_is_offline():
     import huggingface_hub.constants
     assert huggingface_hub.constants.HF_HUB_OFFLINE

@@ -156,6 +156,11 @@ def _sinks(module, kwargs):
         sinks = getattr(module, "sinks", None)
     if sinks is None:
         return None
+    if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
+        # Refused, not converted (docs/bad_inputs.md): an int sink would change the softmax.
+        raise TypeError(f"{_OP}: sinks dtype unsupported: expected a floating-point tensor "
+                        f"(s_aux / module.sinks), got "
+                        f"{sinks.dtype if isinstance(sinks, torch.Tensor) else type(sinks).__name__}")
     return sinks.detach().to(torch.float32).contiguous()
 
 
@@ -214,11 +219,11 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         The attention layer: ``layer_idx``, optional ``sliding_window`` (int or None) and
         ``sinks`` (gpt-oss).
     query : torch.Tensor
-        ``[1, num_qo_heads, total_q, head_dim]``, the model's dtype (float32 on the CPU
-        only; bfloat16/float16 on CUDA).
+        ``[1, num_qo_heads, total_q, head_dim]``, the model's dtype (float32, float16 or
+        bfloat16 on the CPU; bfloat16/float16 on CUDA).
     key, value : torch.Tensor
         ``[1, num_kv_heads, total_q, head_dim]``: the new tokens' keys and values, written
-        into ``cache`` here.
+        into ``cache`` here (after the checks below: a refused call writes nothing).
     attention_mask : None
         Unused: splitkv masks from the sequence lengths (causal, aligned to the end of
         each request's keys, plus the layer's window).
@@ -232,7 +237,8 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         type), ``max_seqlen_q`` (int), ``max_seqlen_k`` (int or dict), ``read_index`` and
         ``write_index`` (int64, one per layer group), ``block_table`` (must be None);
         optional ``sliding_window`` (window_left = sliding_window - 1), ``softcap`` (logit
-        soft cap), ``s_aux`` (attention sinks, ``[num_qo_heads]``, any float dtype; else
+        soft cap), ``s_aux`` (attention sinks, ``[num_qo_heads]``, any float dtype, an integer
+        one refused (TypeError); else
         ``module.sinks`` when the layer has it).
 
     Returns
@@ -246,7 +252,8 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     ValueError
         No paged cache (a forward outside continuous batching), dropout != 0, a decode
         fast-path block table, a padded batch (CUDA graphs), query / key / value not
-        ``[1, heads, total_q, head_dim]``, a sliding_window that is not None, 0 or an int
+        ``[1, heads, total_q, head_dim]`` (key and value of one shape, query's total_q and
+        head_dim, num_qo_heads a multiple of num_kv_heads), a sliding_window that is not None, 0 or an int
         >= 2 (transformers' paged cache reads 1 as no window), or any of splitkv's own
         refusals (dtype, head_dim, ...).
     """
@@ -256,7 +263,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
                 "or init_continuous_batching), which passes its PagedAttentionCache",
                 "no cache; use attn_implementation='sdpa' for a plain forward")
     if dropout:
-        _refuse("dropout unsupported", "0.0 (inference)", dropout)
+        _refuse("dropout unsupported", "0.0 (inference)", repr(dropout))
     if kwargs.get("block_table") is not None:
         _refuse("block_table unsupported", "None (transformers' decode fast path is for flash "
                 "attention; set max_blocks_per_request=0)", "a block table")
@@ -277,6 +284,22 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
             _refuse(f"{name} shape unsupported", "[1, heads, total_q, head_dim] (continuous "
                     "batching's packed batch)", tuple(x.shape) if isinstance(x, torch.Tensor)
                     else type(x).__name__)
+    # Checked before the cache is written: index_copy_ would raise a raw IndexError or
+    # RuntimeError, or write the cache and leave the refusal to splitkv.
+    if value.shape != key.shape:
+        _refuse("value shape mismatch", f"{tuple(key.shape)} (the shape of key)", tuple(value.shape))
+    if key.shape[2] != query.shape[2] or key.shape[3] != query.shape[3]:
+        _refuse("key shape mismatch", f"[1, num_kv_heads, {query.shape[2]}, {query.shape[3]}] "
+                "(query's total_q and head_dim)", tuple(key.shape))
+    if query.shape[1] % key.shape[1] != 0:
+        _refuse("num_qo_heads is not a multiple of num_kv_heads",
+                f"a multiple of {key.shape[1]} (key.shape[1])", query.shape[1])
+    for name, x in (("key", key), ("value", value)):
+        if x.dtype != query.dtype:
+            raise TypeError(f"{_OP}: {name} dtype mismatch: expected {query.dtype} (query's "
+                            f"dtype), got {x.dtype}")
+        if x.device != query.device:
+            _refuse(f"{name} device mismatch", f"{query.device} (query's device)", x.device)
     # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim] views (dense head_dim).
     q = query[0].transpose(0, 1)
     k = key[0].transpose(0, 1)
