@@ -14,7 +14,9 @@ Workspace: :class:`Workspace`,
 :func:`required_workspace_bytes`, :func:`workspace_layout`, :func:`check_counter_region`,
 :func:`check_workspace` (a dirty counter found by a CUDA launch; the README's "The
 workspace contract"),
-:func:`reset_counter_region`.
+:func:`reset_counter_region`, :func:`fp8_prefill_workspace_bytes` (the workspace an fp8
+prefill needs for its 16-bit copy). :func:`cuda_backend_available`: whether this build has
+the CUDA kernels.
 Inside torch.compile(fullgraph=True) or CUDA graphs: :mod:`splitkv.ops` (the same
 operations as torch.library custom ops ``torch.ops.splitkv.*``).
 """

@@ -44,12 +44,12 @@ batch_invariant : bool, default False
     prefill-sized calls run the wgmma prefill where it serves them, and decode tiles
     (and what it declines) a decode-kernel path that reduces rows in its order (the
     same bits); head_dim 256 runs 16-row decode tiles, and fp8 K/V, wider groups or
-    other GPUs the mma.sync kernel's prefill tiles. On the H200 that costs decode 0-3 %
-    at batch >= 8 (3.6-6.3 % where the invariant grid runs past one wave and the
-    default's does not: 8 x 16384, 12 x 8192), 0 % at 1 x 32768 (9 % at 1 x 131072) and
-    prefill 0.5-2 % at 1 x 4096 and 8 x 2048, 2-10 % at 4 x 4096 and 1 x 16384 against the
-    default (README "Batch invariance"); invariance holds among calls whose K/V rows
-    share one 16-byte alignment. The workspace must hold every split's partials,
+    other GPUs the mma.sync kernel's prefill tiles. On the H200 (2026-12-06 kernels) that
+    costs head_dim 128 decode +0.6 to +7.4 % (1 x 32768 +7.4 %, 12 x 8192 +5.3 %), head_dim
+    64 decode up to +20-27 % (1 x 32768, 8 x 4096), prefill +0.5 to +4 %, and most for
+    short requests at small batch (1 x 2048: +232 %, one CTA per kv head) against the
+    default (README "Batch invariance" has the tables); invariance holds among calls
+    whose K/V rows share one 16-byte alignment. The workspace must hold every split's partials,
     ``ceil(max_kv_len / invariant_split_keys)`` of them (ValueError otherwise), except
     where a tile runs its splits in one task: the CPU when they do not fit, and on CUDA
     the calls the wgmma prefill serves (its CTAs fold the splits), which need only the

@@ -58,7 +58,9 @@ class PagedAttentionRunner:
     options bound: ``run(q, kv_cache)`` once per layer.
 
     Takes :func:`splitkv.paged_attention`'s arguments except those :meth:`run` takes (q,
-    kv_cache, out, sinks, k_scale, v_scale), with the same meanings and defaults. The
+    kv_cache, out, sinks, k_scale, v_scale), with the same meanings and defaults, the
+    workspace first (``paged_attention`` takes it after ``seq_lens``). Make one per serving
+    step and run it for every layer of the step. The
     runner keeps references to the tensors; their values (page ids, lengths) may change
     between runs (each run's kernels read them), their shapes, strides and storage too (a
     run that sees a change validates again).
