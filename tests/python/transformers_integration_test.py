@@ -20,6 +20,7 @@ import types
 # at once instead of reaching the network (huggingface_hub reads this on import).
 os.environ["HF_HUB_OFFLINE"] = "1"
 
+import numpy  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import ContinuousBatchingConfig, GenerationConfig  # noqa: E402
@@ -298,13 +299,23 @@ _PREFIX = "splitkv.integrations.transformers: "
     (dict(query_batch=2),  # a second batch row was silently left out before
      "query shape unsupported: expected [1, heads, total_q, head_dim] (continuous batching's "
      "packed batch), got (2, 8, 3, 64)"),
+    (dict(sliding_window=torch.tensor(4)),  # a tensor is never read for an option
+     "sliding_window unsupported: expected None, 0 (no window) or an int >= 2 (a token sees "
+     "itself and the sliding_window - 1 before it; transformers' paged cache reads 1 as no "
+     "window), got tensor(4)"),
+    (dict(drop="cu_seq_lens_k"),  # was a raw KeyError
+     "cu_seq_lens_k missing: expected the keyword transformers' continuous batching passes "
+     "(cu_seq_lens_q, cu_seq_lens_k, max_seqlen_q, max_seqlen_k, read_index, write_index), got "
+     "a call without it"),
 ], ids=["dropout", "block_table", "padded_batch", "negative_window", "float_window", "window_of_1",
-         "batch_of_2"])
+         "batch_of_2", "tensor_window", "missing_cu_seq_lens_k"])
 def test_layer_call_refusals(edit, message):
     module, q, k, kwargs = _layer_inputs()
     edit = dict(edit)
     if "query_batch" in edit:
         q = q.expand(edit.pop("query_batch"), -1, -1, -1)
+    if "drop" in edit:
+        del kwargs[edit.pop("drop")]
     kwargs.update(edit)
     with pytest.raises(ValueError) as caught:
         splitkv_hf.paged_attention_forward(module, q, k, k, None, **kwargs)
@@ -335,6 +346,16 @@ def test_layer_call_refuses_key_value_before_writing_the_cache(key_edit, value_e
         splitkv_hf.paged_attention_forward(module, q, key, value, None, **kwargs)
     assert str(caught.value) == _PREFIX + message
     assert int(kwargs["cache"].key_cache[0].count_nonzero()) == 0
+
+
+@pytest.mark.parametrize("window, expected", [
+    (None, ("full_attention", -1)), (0, ("full_attention", -1)), (4, ("sliding_attention", 3)),
+    (numpy.int64(128), ("sliding_attention", 127)), (numpy.int32(2), ("sliding_attention", 1)),
+], ids=["none", "zero", "int", "numpy_int64", "numpy_int32"])
+def test_layer_window_takes_ints_and_numpy_integers(window, expected):
+    # numpy integers as splitkv's own int options (a probe found them refused).
+    module = types.SimpleNamespace(layer_idx=0)
+    assert splitkv_hf._layer_window(module, {"sliding_window": window}) == expected
 
 
 def test_integer_sinks_are_refused_not_converted():

@@ -44,6 +44,7 @@ implementation but its own ('paged|eager', 'sdpa', flash); :func:`register` refu
 """
 
 import math
+import operator
 import threading
 import weakref
 
@@ -61,6 +62,9 @@ import splitkv
 from splitkv import workspace as workspace_module
 
 _OP = "splitkv.integrations.transformers"
+# What continuous batching always passes the attention function (a missing one was a KeyError).
+_REQUIRED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_seqlen_q", "max_seqlen_k", "read_index",
+                    "write_index")
 # The transformers minor version whose continuous batching this adapter drives (tested).
 SUPPORTED_TRANSFORMERS = "5.17"
 # The name transformers' continuous batching looks up: its paged implementations are
@@ -168,16 +172,24 @@ def _layer_window(module, kwargs):
     """(layer type, window_left): transformers' sliding_window W lets a token see itself
     and the W - 1 before it."""
     window = kwargs.get("sliding_window", getattr(module, "sliding_window", None))
-    if window is None or window is False or window == 0:  # transformers' "no window"
+    if window is None or window is False or (not isinstance(window, torch.Tensor) and window == 0):
+        # transformers' "no window"
         return "full_attention", -1
     # 1 (a token sees only itself) is refused too: transformers' paged cache takes a layer
     # whose sliding window is 1 for a full-attention one (cache.py, transformers 5.17), so its
     # decode steps would hand this layer every cached key, not the window's.
-    if isinstance(window, bool) or not isinstance(window, int) or window < 2:
+    # An int or numpy integer, as splitkv's own int options; never a bool or a tensor (not read).
+    value = None
+    if not isinstance(window, (bool, torch.Tensor)) and type(window).__name__ != "bool_":
+        try:
+            value = operator.index(window)
+        except TypeError:
+            value = None
+    if value is None or value < 2:
         _refuse("sliding_window unsupported", "None, 0 (no window) or an int >= 2 (a token "
                 "sees itself and the sliding_window - 1 before it; transformers' paged cache "
                 "reads 1 as no window)", repr(window))
-    return "sliding_attention", window - 1
+    return "sliding_attention", value - 1
 
 
 def _block_tables(cache, group, read_index, cu_seqlens_kv, max_seqlen_kv):
@@ -216,7 +228,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     Parameters
     ----------
     module : torch.nn.Module
-        The attention layer: ``layer_idx``, optional ``sliding_window`` (int or None) and
+        The attention layer: ``layer_idx``, optional ``sliding_window`` (None, or an int or numpy integer) and
         ``sinks`` (gpt-oss).
     query : torch.Tensor
         ``[1, num_qo_heads, total_q, head_dim]``, the model's dtype (float32, float16 or
@@ -244,13 +256,15 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     Returns
     -------
     out : torch.Tensor
-        ``[1, total_q, num_qo_heads, head_dim]``, query's dtype.
+        ``[1, total_q, num_qo_heads, head_dim]``, query's dtype. Inference only: no
+        autograd graph is recorded (a query that requires grad gives an out that does not).
     weights : None
 
     Raises
     ------
     ValueError
-        No paged cache (a forward outside continuous batching), dropout != 0, a decode
+        No paged cache (a forward outside continuous batching), one of the keywords above
+        that continuous batching always passes missing, dropout != 0, a decode
         fast-path block table, a padded batch (CUDA graphs), query / key / value not
         ``[1, heads, total_q, head_dim]`` (key and value of one shape, query's total_q and
         head_dim, num_qo_heads a multiple of num_kv_heads), a sliding_window that is not None, 0 or an int
@@ -267,6 +281,10 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     if kwargs.get("block_table") is not None:
         _refuse("block_table unsupported", "None (transformers' decode fast path is for flash "
                 "attention; set max_blocks_per_request=0)", "a block table")
+    for name in _REQUIRED_KWARGS:
+        if name not in kwargs:
+            _refuse(f"{name} missing", "the keyword transformers' continuous batching passes "
+                    f"({', '.join(_REQUIRED_KWARGS)})", "a call without it")
     sinks = _sinks(module, kwargs)
     layer_type, window_left = _layer_window(module, kwargs)
     cu_seqlens_q = kwargs["cu_seq_lens_q"]
