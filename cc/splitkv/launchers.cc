@@ -627,7 +627,12 @@ int64_t CheckHostCuSeqlens(const ArgChecks& check, const char* arg, const int32_
 
 }  // namespace
 
-void CheckOptions(const char* op, const AttentionOptions& options) { CheckOptionValues(ArgChecks(op), options); }
+void CheckOptions(const char* op, const AttentionOptions& options) {
+  // `op` only names the caller in messages; a null one would reach std::string's constructor
+  // (std::logic_error, not one of ours) as soon as an option is refused.
+  if (op == nullptr) ArgChecks("check_options").Fail("op", "is null", "the caller's name for messages", "null");
+  CheckOptionValues(ArgChecks(op), options);
+}
 
 SplitPlan PlanPagedAttention(const PagedAttentionParams& params) {
   return PlanPaged(ArgChecks(kPagedOp), params);

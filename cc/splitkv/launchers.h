@@ -94,7 +94,7 @@ SplitPlan PlanRaggedAttention(const RaggedAttentionParams& params);
 // The option checks every launch and plan makes (window_left, logits_soft_cap, sm_scale,
 // num_splits and its conflict with batch_invariant), alone: for callers that bind options
 // before they have tensors (the Python runners). Throws InvalidArgument naming `op`, with the
-// launchers' message.
+// launchers' message (a null `op`: InvalidArgument "check_options: op is null ...").
 void CheckOptions(const char* op, const AttentionOptions& options);
 
 // Scans the counter region (the first kCounterRegionBytes bytes) of a workspace in HOST
@@ -117,6 +117,10 @@ void CheckWorkspaceStatus(const char* op, const WorkspaceBuffer& workspace, Back
 
 // Zeroes the counter region of a workspace (CUDA: cudaMemsetAsync on `stream`, no sync) and
 // its status_host: the way back to a usable workspace after a fault, without reallocating.
+// Only while no launch runs on the workspace: unlike the launches and CheckWorkspaceStatus it
+// does not take the CPU in-use claim (it is what clears a stale one), so a call during a CPU
+// launch zeroes that launch's counters and claim under it (a split tile never merges: rows left
+// unwritten, and a second launch let in). The Python reset holds the workspace first.
 // Throws as CheckWorkspaceStatus for a bad workspace or backend.
 void ResetCounterRegion(const WorkspaceBuffer& workspace, Backend backend, void* stream);
 

@@ -14,7 +14,7 @@
 // (index * stride would wrap), out rows that overlap one another, and out or lse sharing a
 // byte with the index arrays, sinks, per-head scales, the workspace (or lse with out) are
 // refused (byte spans, first to last element); strides of 0 on inputs are accepted
-// (broadcast); whether out overlaps q, k or v is the caller's to ensure (Python checks it).
+// (broadcast); whether out or lse overlaps q, k or v is the caller's to ensure (Python checks it).
 //
 // Units: lengths and counts are tokens, heads, pages or elements as named; byte counts end
 // in `bytes`. Logits are in natural-log units (sm_scale multiplies q.k; exp, not exp2).

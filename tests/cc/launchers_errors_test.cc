@@ -556,6 +556,16 @@ TEST(CheckWorkspaceStatusReportsAndHeals) {
                 "too small", "got 1024");
 }
 
+// CheckOptions names its caller's op; a null op is refused with our exception (not the
+// std::logic_error of std::string(nullptr)), whether or not the options are valid.
+TEST(CheckOptionsWithANullOp) {
+  splitkv::AttentionOptions bad;
+  bad.window_left = -5;
+  EXPECT_THROWS(InvalidArgument, splitkv::CheckOptions(nullptr, bad), "check_options: op is null");
+  EXPECT_THROWS(InvalidArgument, splitkv::CheckOptions(nullptr, splitkv::AttentionOptions{}), "check_options: op is null");
+  EXPECT_THROWS(InvalidArgument, splitkv::CheckOptions("runner", bad), "runner: window_left out of range", "got -5");
+}
+
 TEST(CheckCounterRegionZeroNamesTheFirstNonzeroCounter) {
   TestWorkspace ws(splitkv::kCounterRegionBytes);
   splitkv::CheckCounterRegionZero(ws.data(), ws.bytes());

@@ -44,19 +44,25 @@ inline const std::array<float, 256>& Fp8E4M3Table() {
 
 // Float32 K and V rows of one (request, kv head) from an fp8 source `Inner` (whose Key(j) /
 // Value(j) give that head's d stored bytes of key j). Rows are dequantised a block of
-// kRowsPerChunk keys at a time, on first use, into per-thread buffers that stay valid for
-// the whole task: the kernels may hold the pointers of a block while they touch the next.
+// kRowsPerChunk keys at a time, on first use, into a small per-thread ring of kSlots chunks
+// (chunk c in slot c % kSlots). The kernels walk keys in ascending blocks of 64 and hold the
+// pointers of one block (two chunks when it is not chunk-aligned) while they ask for the next
+// block's rows (prefetch: one chunk more), so a returned pointer stays valid until kSlots - 3
+// later chunks have been asked for; a chunk asked for again after its slot was reused is
+// dequantised again. The ring's size does not depend on the request's length: a buffer sized
+// for every key of the request (kv_len x head_dim x 8 bytes per thread, kept for the thread's
+// life: 1 GiB a thread at 1M keys, head_dim 128) is what this replaced.
 // One Fp8Rows per task (tile x split) on one thread.
 template <typename Inner>
 class Fp8Rows {
  public:
   static constexpr int64_t kRowsPerChunk = 64;
+  static constexpr int64_t kSlots = 8;
 
   Fp8Rows(const Inner& inner, int64_t num_keys, int64_t head_dim, float k_scale, float v_scale)
       : inner_(inner), d_(head_dim), num_keys_(num_keys), k_scale_(k_scale), v_scale_(v_scale), state_(State()) {
-    const int64_t chunks = (num_keys + kRowsPerChunk - 1) / kRowsPerChunk;
-    state_.ready.assign(chunks, 0);
-    const auto floats = static_cast<size_t>(chunks * kRowsPerChunk * head_dim);
+    state_.chunk_of_slot.assign(kSlots, -1);
+    const auto floats = static_cast<size_t>(kSlots * kRowsPerChunk * head_dim);
     if (state_.keys.size() < floats) {
       state_.keys.resize(floats);
       state_.values.resize(floats);
@@ -68,8 +74,8 @@ class Fp8Rows {
 
  private:
   struct Buffers {
-    Vector<uint8_t> ready;
-    Vector<float> keys, values;
+    Vector<int64_t> chunk_of_slot;  // the chunk each slot holds, -1 for none
+    Vector<float> keys, values;     // [kSlots][kRowsPerChunk][d]
   };
   static Buffers& State() {
     thread_local Buffers buffers;
@@ -78,26 +84,27 @@ class Fp8Rows {
 
   const float* Row(int64_t j, const Vector<float>& buffer) const {
     const int64_t chunk = j / kRowsPerChunk;
-    if (!state_.ready[chunk]) Fill(chunk);
-    return buffer.data() + j * d_;
+    const int64_t slot = chunk % kSlots;
+    if (state_.chunk_of_slot[slot] != chunk) Fill(chunk, slot);
+    return buffer.data() + (slot * kRowsPerChunk + j % kRowsPerChunk) * d_;
   }
 
   // The chunk's rows that exist (up to num_keys; past it nothing is read).
-  void Fill(int64_t chunk) const {
+  void Fill(int64_t chunk, int64_t slot) const {
     const auto& table = Fp8E4M3Table();
     const int64_t first = chunk * kRowsPerChunk;
     const int64_t last = std::min(first + kRowsPerChunk, num_keys_);
     for (int64_t j = first; j < last; ++j) {
       const Fp8E4M3* k = inner_.Key(j);
       const Fp8E4M3* v = inner_.Value(j);
-      float* kf = state_.keys.data() + j * d_;
-      float* vf = state_.values.data() + j * d_;
+      float* kf = state_.keys.data() + (slot * kRowsPerChunk + (j - first)) * d_;
+      float* vf = state_.values.data() + (slot * kRowsPerChunk + (j - first)) * d_;
       for (int64_t e = 0; e < d_; ++e) {
         kf[e] = table[k[e].bits] * k_scale_;
         vf[e] = table[v[e].bits] * v_scale_;
       }
     }
-    state_.ready[chunk] = 1;
+    state_.chunk_of_slot[slot] = chunk;
   }
 
   Inner inner_;
