@@ -17,6 +17,7 @@ import torch
 from splitkv import _splitkv
 
 _INT32_MAX = 2**31 - 1
+_INT64_LIMIT = 2**63
 
 DTYPE_CODES = {
     torch.float32: _splitkv.DType.float32,
@@ -43,11 +44,20 @@ def tensor(op, name, x):
     return x
 
 
+@torch.compiler.assume_constant_result
+def _traced_is_neg(x):
+    """x.is_neg() while torch.compile traces (Dynamo cannot trace is_neg() itself): read on
+    the fake tensor, which keeps the neg bit, as a constant; Dynamo guards on the input's
+    dispatch keys (Negative among them), so a call that changes the bit recompiles."""
+    return x.is_neg()
+
+
 def not_negated(op, name, x):
     """Refuses a negated view (``x.is_neg()``, e.g. ``torch.conj(c).imag``): its memory holds
-    -x, and the launchers read and write memory. Skipped while torch.compile traces (Dynamo
-    cannot trace is_neg()): the op's implementation runs this check on the real tensors."""
-    if not torch.compiler.is_compiling() and x.is_neg():
+    -x, and the launchers read and write memory. Also while torch.compile traces: the op's
+    implementation never sees the bit (torch's Negative fallback hands it a resolved copy,
+    and inductor drops the bit of a graph input, so the op would read -x: a wrong answer)."""
+    if _traced_is_neg(x) if torch.compiler.is_compiling() else x.is_neg():
         fail(op, name, "is a negated view", "a tensor whose memory holds its values",
              "is_neg() == True", f"pass {name}.resolve_neg()")
 
@@ -60,7 +70,8 @@ def out_writable(x):
 
 def writable_out(op, x, name="out"):
     """Refuses an output ``name`` (out, or a raw op's lse) that out_writable rejects, saying
-    why. Skipped while torch.compile traces, as not_negated."""
+    why. Skipped while torch.compile traces: the op's implementation runs it on the real
+    tensor (the flags are not dispatch keys, so torch keeps them)."""
     if torch.compiler.is_compiling() or out_writable(x):
         return
     if x.requires_grad:
@@ -282,6 +293,18 @@ def integer(op, name, value, minimum, expected):
         if _not_a_number(value) or not hasattr(value, "__index__"):
             fail(op, name, "has the wrong type", "an int", _type_text(value), error=TypeError)
         value = value.__index__()
+    if torch.compiler.is_compiling():
+        # The range is the op's to check, on the real value: Dynamo traces a symbolic int as
+        # an int (type() and isinstance cannot tell it from a constant), and a refusal here
+        # would build its message from the symbol, which Dynamo cannot format (fullgraph
+        # would then report "BUILD_STRING type error" without splitkv's message). Only a
+        # value past int64, which the op's SymInt cannot carry (and no symbol holds), is
+        # refused here, with the message below.
+        if value < -_INT64_LIMIT:
+            fail(op, name, "out of range", expected, value)
+        if value >= _INT64_LIMIT:
+            fail(op, name, "out of range", f"{expected} and <= {_INT32_MAX} (int32)", value)
+        return value
     if value < minimum:
         fail(op, name, "out of range", expected, value)
     if value > _INT32_MAX:  # the C++ options are int32
@@ -293,6 +316,7 @@ def integer(op, name, value, minimum, expected):
 # (a soft cap turned off) or inf.
 _FLOAT32_MIN_NORMAL = 1.1754943508222875e-38
 _FLOAT32_MAX = 3.4028234663852886e38
+_FLOAT64_INT_LIMIT = 2**1024  # the ints float() converts lie strictly inside (-2**1024, 2**1024)
 
 
 def real(op, name, value):
@@ -303,13 +327,26 @@ def real(op, name, value):
     if type(value) is not float and not isinstance(value, torch.SymFloat):  # noqa: E721
         # numbers.Real: numpy's float and int scalars and Fraction; not numpy's str_, bytes_ or
         # complex scalars, which have __float__ too (a string parsed, an imaginary part dropped).
-        if _not_a_number(value) or not isinstance(value, numbers.Real):
+        # A Python int needs neither test: Dynamo traces a symbolic int (an int option that
+        # changed between compiled calls, or dynamic=True) as one and cannot trace their
+        # hasattr / isinstance on it (fullgraph: "Unsupported hasattr call").
+        if type(value) is not int and (  # noqa: E721
+                _not_a_number(value) or not isinstance(value, numbers.Real)):
             fail(op, name, "has the wrong type", "a float", _type_text(value), error=TypeError)
-        try:
-            value = float(value)
-        except OverflowError:  # an int past float64's range
+        # An int past float64's range, refused before float(): Dynamo cannot catch float()'s
+        # OverflowError (an internal error under torch.compile); comparisons, not bit_length(),
+        # which Dynamo cannot trace on a symbolic int.
+        overflow = type(value) is int and not -_FLOAT64_INT_LIMIT < value < _FLOAT64_INT_LIMIT
+        if not overflow:
+            try:
+                value = float(value)
+            except OverflowError:  # an int just below 2**1024 that rounds up to it
+                overflow = True
+        if overflow:
             fail(op, name, "outside float32's normal range", "0 or a magnitude in [1.2e-38, 3.4e38]",
                  f"an int of {value.bit_length()} bits")
+    if torch.compiler.is_compiling():  # the op checks the range on the real value (integer())
+        return value
     if value != 0 and _FLOAT32_MIN_NORMAL > abs(value) or _FLOAT32_MAX < abs(value) < float("inf"):
         fail(op, name, "outside float32's normal range",
              "0 or a magnitude in [1.2e-38, 3.4e38]", repr(value))

@@ -34,13 +34,20 @@ otherwise refuse with a less helpful message); every other check runs inside the
 the real tensors, through the same code as the eager functions, so errors read the same
 whether compiled or not. An int or float option that torch.compile traces as a symbol
 (``dynamic=True``, or a value that changed between calls, as a server's ``max_q_len``
-does) is checked by the op on its real value. A refusal of the functions' own checks is
-raised while Dynamo traces: without ``fullgraph`` torch then runs the call eagerly and the
-ValueError / TypeError is raised as such; with ``fullgraph=True`` torch reports it as its
-own ``torch._dynamo.exc.Unsupported`` ("Observed exception"), whose text holds splitkv's
-message. The fake (meta) implementations declare that nothing new is returned, and refuse
-tensors on different devices: torch sends a call with one meta tensor among real ones to
-them, where it would otherwise do nothing.
+does) is checked by the op on its real value; so is every int or float option's range
+under torch.compile (Dynamo traces a symbol as an int or float, so the functions cannot tell
+it from a constant, and cannot format a message from it), so such a refusal is the eager
+ValueError, raised by the compiled call (an int past int64 or float64 is refused while
+tracing). A refusal of the functions' own checks (types, a negated view)
+is raised while Dynamo traces: without ``fullgraph`` torch then runs the call eagerly and
+the ValueError / TypeError is raised as such; with ``fullgraph=True`` torch reports it as
+its own ``torch._dynamo.exc.Unsupported`` ("Observed exception"), whose text holds splitkv's
+message. A negated view (``x.is_neg()``) passed to the raw ops reaches their kernel for
+torch's Negative dispatch key, which refuses it before anything runs (torch's fallback would
+copy it, and inductor drops the bit of a graph input: the op would read -x). The fake (meta)
+implementations declare that nothing new is returned, and refuse tensors on different
+devices: torch sends a call with one meta tensor among real ones to them, where it would
+otherwise do nothing.
 
 CUDA graphs: a call enqueues one kernel on the current stream with no host sync or memset,
 so ``torch.cuda.graph`` captures it, eagerly or compiled (new ``out`` and ``lse`` tensors
@@ -98,9 +105,16 @@ def _either(op, name, value, tensor):
     return tensor if tensor is not None else value
 
 
-def _scale_args(op, name, scale):
-    """A k_scale / v_scale as the op's (float, tensor) pair, one of them None."""
-    if scale is None or isinstance(scale, torch.Tensor):
+def _scale_args(op, name, scale, kv):
+    """A k_scale / v_scale as the op's (float, tensor) pair, one of them None. Any scale with
+    a cache that is not fp8 (`kv`: k_cache, or k) is refused first, with the eager functions'
+    message (before real() would refuse or convert its type)."""
+    if scale is None:
+        return None, None
+    if kv.dtype != torch.float8_e4m3fn:
+        _checks.kv_scale(op, name, scale, False, kv.dtype, None, None)
+    if isinstance(scale, torch.Tensor):
+        _checks.not_negated(op, name, scale)
         return None, scale
     return _checks.real(op, name, scale), None
 
@@ -175,6 +189,30 @@ def _ragged_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q
 _ragged_op = torch.library.custom_op("splitkv::ragged_attention",
                                      mutates_args=_MUTATED)(_ragged_impl)
 _ragged_op.register_fake(_fake(_RAGGED, inspect.signature(_ragged_impl)))
+
+
+def _refuse_negated(op, signature):
+    """The ops' kernel for torch's Negative dispatch key, which a call reaches when any tensor
+    argument is a negated view (``x.is_neg()``). Without it torch's fallback hands the op a
+    resolved copy of an input (accepted where the functions refuse) and, for out or lse, writes
+    them and then fails with "Expected Tensor but got None" (the ops return nothing). Refuses
+    the call before anything runs, with the functions' message; under torch.compile it runs on
+    the fake tensors, which keep the bit."""
+    def kernel(*args, **kwargs):
+        for name, x in signature.bind(*args, **kwargs).arguments.items():
+            if isinstance(x, torch.Tensor) and x.is_neg():
+                _checks.fail(op, name, "is a negated view",
+                             "a tensor whose memory holds its values", "is_neg() == True",
+                             f"pass {name}.resolve_neg()")
+        raise AssertionError(f"{op}: reached the Negative kernel without a negated tensor")
+    return kernel
+
+
+_NEGATIVE = torch.library.Library("splitkv", "IMPL")  # kept: its registrations live with it
+_NEGATIVE.impl("paged_attention", _refuse_negated(_PAGED, inspect.signature(_paged_impl)),
+               "Negative")
+_NEGATIVE.impl("ragged_attention", _refuse_negated(_RAGGED, inspect.signature(_ragged_impl)),
+               "Negative")
 
 
 # ---- the functions: eager-compatible signatures over the ops ----
@@ -256,14 +294,14 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     _checks.tensor(op, "block_tables", block_tables)
     _checks.tensor(op, "seq_lens", seq_lens)
     _optional_tensor(op, "cu_seqlens_q", cu_seqlens_q)
-    if kv_layout not in _calls.KV_LAYOUTS:
-        _checks.fail(op, "kv_layout", "unknown", "'HND' or 'NHD'", repr(kv_layout))
+    _calls._kv_layout_shape(op, kv_layout)  # a non-str is a TypeError, as eagerly
     buffer = _checks.workspace_tensor(op, workspace)
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
         op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, 1)
     sinks = _optional_tensor(op, "sinks", sinks)
     kv_offsets = _optional_tensor(op, "kv_offsets", kv_offsets)
     full_seq_lens = _optional_tensor(op, "full_seq_lens", full_seq_lens)
+    _optional_tensor(op, "out", out)  # before _on_q_device reads out.device
     _on_q_device(op, q, [("kv_cache", k_cache), ("kv_cache", v_cache), ("block_tables", block_tables),
                          ("seq_lens", seq_lens), ("cu_seqlens_q", cu_seqlens_q), ("workspace", buffer),
                          ("out", out), ("sinks", sinks), ("kv_offsets", kv_offsets),
@@ -273,8 +311,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         q, k_cache, v_cache, block_tables, seq_lens, buffer, out, lse, cu_seqlens_q, kv_layout,
         sm_scale, causal, window_left, logits_soft_cap, num_splits, max_q_len,
         _checks.flag(op, "batch_invariant", batch_invariant), sinks,
-        *_scale_args(op, "k_scale", k_scale), *_scale_args(op, "v_scale", v_scale),
-        kv_offsets, full_seq_lens)
+        *_scale_args(op, "k_scale", k_scale, k_cache),
+        *_scale_args(op, "v_scale", v_scale, k_cache), kv_offsets, full_seq_lens)
     return (out, lse) if return_lse else out
 
 
@@ -301,6 +339,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len = _scalars(
         op, causal, sm_scale, window_left, logits_soft_cap, num_splits, max_q_len, 0)
     sinks = _optional_tensor(op, "sinks", sinks)
+    _optional_tensor(op, "out", out)  # before _on_q_device reads out.device
     _on_q_device(op, q, [("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
                          ("cu_seqlens_kv", cu_seqlens_kv), ("workspace", buffer), ("out", out),
                          ("sinks", sinks)] + _calls._scales(k_scale, v_scale))
@@ -308,5 +347,6 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     torch.ops.splitkv.ragged_attention(
         q, k, v, cu_seqlens_q, cu_seqlens_kv, buffer, out, lse, causal, sm_scale, window_left,
         logits_soft_cap, num_splits, max_q_len, _checks.flag(op, "batch_invariant", batch_invariant),
-        sinks, *_scale_args(op, "k_scale", k_scale), *_scale_args(op, "v_scale", v_scale))
+        sinks, *_scale_args(op, "k_scale", k_scale, k),
+        *_scale_args(op, "v_scale", v_scale, k))
     return (out, lse) if return_lse else out

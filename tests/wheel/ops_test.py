@@ -296,6 +296,15 @@ BAD_PAGED = {
     "q_rank": "paged_attention: q has the wrong number of dimensions",
     "workspace_dtype": "paged_attention: workspace dtype unsupported",
     "kv_pair_length": "paged_attention: kv_cache has the wrong length",
+    # Found by a review of the ops against the functions (2026-12-07): the ops raised
+    # AttributeError, ValueError or another message for these.
+    "out_type": "paged_attention: out has the wrong type: expected a torch.Tensor, got str",
+    "kv_layout_type": "paged_attention: kv_layout has the wrong type",
+    "kv_layout_none": "paged_attention: kv_layout has the wrong type",
+    "k_scale_bool": "paged_attention: k_scale given without an fp8 KV cache",
+    "k_scale_int": "paged_attention: k_scale given without an fp8 KV cache",
+    "v_scale_str": "paged_attention: v_scale given without an fp8 KV cache",
+    "k_scale_subnormal": "paged_attention: k_scale given without an fp8 KV cache",
 }
 
 
@@ -310,6 +319,13 @@ def _bad_paged_call(p, workspace, what):
         args[4] = torch.zeros(splitkv.COUNTER_REGION_BYTES // 4, dtype=torch.float32)
     elif what == "kv_pair_length":
         args[1] = (p.kv_cache[:, 0], p.kv_cache[:, 1], p.kv_cache[:, 1])
+    elif what in ("out_type", "kv_layout_type", "kv_layout_none", "k_scale_bool",
+                  "k_scale_int", "v_scale_str", "k_scale_subnormal"):
+        name, value = {"out_type": ("out", "x"), "kv_layout_type": ("kv_layout", 5),
+                       "kv_layout_none": ("kv_layout", None), "k_scale_bool": ("k_scale", True),
+                       "k_scale_int": ("k_scale", 1), "v_scale_str": ("v_scale", "x"),
+                       "k_scale_subnormal": ("k_scale", 1e-40)}[what]
+        kwargs[name] = value
     else:
         kwargs[what] = {"kv_layout": "HDN", "causal": "yes", "window_left": -2, "num_splits": 0,
                         "max_q_len": 0}[what]
@@ -341,6 +357,149 @@ def test_errors_read_the_same_when_compiled():
     with pytest.raises(TypeError) as when_compiled:
         compiled(*args)
     assert str(eager.value) in str(when_compiled.value)
+    harness.assert_counter_region_zero(workspace)
+
+
+def test_ragged_op_refuses_an_out_of_the_wrong_type_as_the_function_does():
+    r = _ragged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+    message = "ragged_attention: out has the wrong type: expected a torch.Tensor, got int"
+    for call in (splitkv.ragged_attention, splitkv.ops.ragged_attention):
+        with pytest.raises(TypeError) as caught:
+            call(r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv, workspace, out=3)
+        assert str(caught.value) == message
+    harness.assert_counter_region_zero(workspace)
+
+
+def _negated(x):
+    """A negated view whose values are x's (its memory holds -x)."""
+    view = torch.conj(torch.complex(x.float(), -x.float())).imag.to(x.dtype)
+    if x.dtype != torch.float32:
+        return x  # .to() resolved the bit: only float32 makes a negated view here
+    assert view.is_neg() and torch.equal(view, x)
+    return view
+
+
+@pytest.mark.parametrize("name", ["q", "out", "k_scale"])
+def test_compiled_call_refuses_a_negated_view(name):
+    """Inductor drops the neg bit of a graph input (torch 2.13: even x * 1.0 returns -x), so
+    a negated q reached the op as its memory, -q: a silent wrong answer where the eager call
+    refuses. The functions now read the bit at trace time (a recompile when it changes)."""
+    dtype = torch.bfloat16 if name == "k_scale" else torch.float32
+    p = _paged_problem("cpu", dtype=dtype)
+    workspace = harness.shared_workspace("cpu")
+    kv_cache, options = p.kv_cache, {}
+    if name == "k_scale":
+        kv_cache = p.kv_cache.to(torch.float8_e4m3fn)
+        options = dict(k_scale=torch.full((2,), 2.0), v_scale=1.0)
+    step = torch.compile(splitkv.ops.paged_attention, fullgraph=True)
+    args = (p.q, kv_cache, p.block_tables, p.seq_lens, workspace)
+    good = step(*args, **options)  # compiled first without the bit: the guards must catch it
+    harness.assert_bitwise_equal(good, splitkv.paged_attention(*args, **options))
+    if name == "q":
+        args = (_negated(p.q),) + args[1:]
+    elif name == "out":
+        options = dict(out=_negated(torch.zeros_like(p.q)))
+    else:
+        options["k_scale"] = _negated(options["k_scale"])
+    message = f"paged_attention: {name} is a negated view"
+    with pytest.raises(ValueError, match=message):
+        splitkv.paged_attention(*args, **options)
+    with pytest.raises(Exception) as caught:  # noqa: B017 - fullgraph: torch's Unsupported
+        step(*args, **options)
+    assert message in str(caught.value)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("what", ["window_left", "sm_scale", "max_q_len"])
+def test_compiled_refusal_of_a_symbolic_option_reads_as_eager(what):
+    """An option traced as a symbol (dynamic=True, or changed between calls) that is out of
+    range: the functions' trace-time check built its message from the symbol, which Dynamo
+    cannot format ("BUILD_STRING type error" / "repr_impl not implemented", without
+    splitkv's text). The op now checks the real value: the eager error, type and text."""
+    r = _ragged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+
+    @torch.compile(fullgraph=True, dynamic=True)
+    def prefill(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, window_left, sm_scale,
+                max_q_len):
+        return splitkv.ops.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
+                                            window_left=window_left, sm_scale=sm_scale,
+                                            max_q_len=max_q_len)
+
+    args = (r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv, workspace)
+    options = dict(window_left=50, sm_scale=0.1, max_q_len=40)
+    harness.assert_bitwise_equal(prefill(*args, **options),
+                                 splitkv.ragged_attention(*args, **options))
+    options[what] = {"window_left": -5, "sm_scale": 1e-39, "max_q_len": 2**31}[what]
+    with pytest.raises(ValueError) as eager:
+        splitkv.ragged_attention(*args, **options)
+    with pytest.raises(ValueError) as compiled:
+        prefill(*args, **options)
+    assert str(compiled.value) == str(eager.value)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("name", ["q", "out", "lse"])
+def test_raw_op_refuses_a_negated_view(name):
+    """torch's Negative fallback gave the raw op a resolved copy of q (accepted where the
+    functions refuse) and, for out or lse, wrote them and then raised "Expected Tensor but got
+    None": the ops' Negative kernel now refuses before anything runs, eager and compiled."""
+    r = _ragged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+    args = [r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv, workspace.tensor,
+            torch.zeros_like(r.q), torch.zeros(r.q.shape[:2]), True, None, -1, 0.0, None, None]
+    index = {"q": 0, "out": 6, "lse": 7}[name]
+    args[index] = _negated(args[index].clone())
+    message = f"ragged_attention: {name} is a negated view"
+    with pytest.raises(ValueError, match=message):
+        torch.ops.splitkv.ragged_attention(*args)
+    assert not args[6].any() and not args[7].any()  # nothing written
+
+    def raw(*args):
+        torch.ops.splitkv.ragged_attention(*args)
+        return args[6]
+
+    with pytest.raises(Exception) as caught:  # noqa: B017 - torch wraps the fake call's error
+        torch.compile(raw, fullgraph=True)(*args)
+    assert message in str(caught.value)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("option", [dict(window_left=2**63), dict(max_q_len=-2**63 - 1),
+                                    dict(logits_soft_cap=10**400)], ids=str)
+def test_compiled_refusal_of_an_option_past_int64_or_float64(option):
+    """Refused while tracing, with the eager message: past int64 the op's SymInt cannot carry
+    the value (torch's fake-call error otherwise), and float() of an int past float64 raised
+    an OverflowError Dynamo cannot catch (InternalTorchDynamoError)."""
+    r = _ragged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+    args = (r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv, workspace)
+    with pytest.raises(ValueError) as eager:
+        splitkv.ragged_attention(*args, **option)
+    with pytest.raises(Exception) as compiled:  # noqa: B017 - fullgraph: torch's Unsupported
+        torch.compile(splitkv.ops.ragged_attention, fullgraph=True)(*args, **option)
+    assert str(eager.value) in str(compiled.value)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic"])
+def test_compiled_calls_take_symbolic_ints_for_float_options(dynamic):
+    """An int for a float option (logits_soft_cap=30, sm_scale=1: accepted eagerly) that
+    changes between calls is traced as a symbolic int, on which real() called hasattr: under
+    fullgraph "Unsupported hasattr call", with no splitkv message, for valid input."""
+    @torch.compile(fullgraph=True, dynamic=dynamic)
+    def prefill(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, logits_soft_cap, sm_scale):
+        return splitkv.ops.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
+                                            logits_soft_cap=logits_soft_cap, sm_scale=sm_scale)
+
+    r = _ragged_problem("cpu")
+    workspace = harness.shared_workspace("cpu")
+    args = (r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv, workspace)
+    for cap, scale in [(30, 1), (20, 2), (10, 3)]:
+        harness.assert_bitwise_equal(
+            prefill(*args, cap, scale),
+            splitkv.ragged_attention(*args, logits_soft_cap=cap, sm_scale=scale))
     harness.assert_counter_region_zero(workspace)
 
 
