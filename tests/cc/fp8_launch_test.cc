@@ -110,23 +110,29 @@ Prob Make(int64_t hq, int64_t hkv, int64_t d, std::vector<int32_t> q_lens, std::
   return p;
 }
 
-splitkv::RaggedAttentionParams Ragged(Prob& p, int32_t splits = 0) {
-  splitkv::RaggedAttentionParams r;
-  const int64_t kve = p.fp8 ? 1 : Eb(p.dtype);
-  (void)kve;
+// The fields paged and ragged params share: q, out, lse, heads, dtypes, options, workspace.
+template <class Params>
+void SetShared(Params& r, Prob& p, int32_t splits) {
   r.q = p.qb.data(), r.q_stride_token = p.hq * p.d, r.q_stride_head = p.d;
-  r.k = p.kb.data(), r.k_stride_token = p.hkv * p.d, r.k_stride_head = p.d;
-  r.v = p.vb.data(), r.v_stride_token = p.hkv * p.d, r.v_stride_head = p.d;
-  r.cu_seqlens_q = p.cu_q.data(), r.cu_seqlens_kv = p.cu_kv.data();
+  r.cu_seqlens_q = p.cu_q.data();
   r.out = p.outb.data(), r.out_stride_token = p.hq * p.d, r.out_stride_head = p.d;
   r.lse = p.lse.data();
-  r.batch_size = p.q_lens.size(), r.total_q = p.tq, r.total_kv = p.tkv;
+  r.total_q = p.tq;
   r.num_qo_heads = p.hq, r.num_kv_heads = p.hkv, r.head_dim = p.d;
   r.dtype = p.dtype;
   r.kv_storage.fp8_e4m3 = p.fp8;
   r.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(p.d));
   r.options.num_splits = splits;
   r.workspace.data = Ws().data(), r.workspace.bytes = Ws().bytes();
+}
+
+splitkv::RaggedAttentionParams Ragged(Prob& p, int32_t splits = 0) {
+  splitkv::RaggedAttentionParams r;
+  SetShared(r, p, splits);
+  r.k = p.kb.data(), r.k_stride_token = p.hkv * p.d, r.k_stride_head = p.d;
+  r.v = p.vb.data(), r.v_stride_token = p.hkv * p.d, r.v_stride_head = p.d;
+  r.cu_seqlens_kv = p.cu_kv.data();
+  r.batch_size = p.q_lens.size(), r.total_kv = p.tkv;
   return r;
 }
 
@@ -165,25 +171,16 @@ splitkv::PagedAttentionParams MakePaged(Prob& p, Paged& g, int64_t ps, int32_t s
   }
   if (g.seq_lens.empty()) g.seq_lens.push_back(0);
   splitkv::PagedAttentionParams r;
-  r.q = p.qb.data(), r.q_stride_token = p.hq * p.d, r.q_stride_head = p.d;
+  SetShared(r, p, splits);
   r.k_cache = g.kc.data(), r.v_cache = g.vc.data();
   r.k_stride_page = r.v_stride_page = page_elems, r.k_stride_head = r.v_stride_head = ps * p.d;
   r.k_stride_slot = r.v_stride_slot = p.d;
   r.block_tables = g.bt.data(), r.block_tables_stride = g.max_pages;
   r.seq_lens = g.seq_lens.data();
-  r.cu_seqlens_q = p.cu_q.data();
-  r.out = p.outb.data(), r.out_stride_token = p.hq * p.d, r.out_stride_head = p.d;
-  r.lse = p.lse.data();
-  r.batch_size = B, r.total_q = p.tq, r.num_pages = g.num_pages, r.page_size = ps, r.max_pages_per_seq = g.max_pages;
-  r.num_qo_heads = p.hq, r.num_kv_heads = p.hkv, r.head_dim = p.d;
+  r.batch_size = B, r.num_pages = g.num_pages, r.page_size = ps, r.max_pages_per_seq = g.max_pages;
   int32_t mq = 1;
   for (int32_t x : p.q_lens) mq = std::max(mq, x);
   r.max_q_len = mq;
-  r.dtype = p.dtype;
-  r.kv_storage.fp8_e4m3 = p.fp8;
-  r.options.sm_scale = 1.0f / std::sqrt(static_cast<float>(p.d));
-  r.options.num_splits = splits;
-  r.workspace.data = Ws().data(), r.workspace.bytes = Ws().bytes();
   return r;
 }
 

@@ -143,8 +143,8 @@ def workspace_for(device):
         return workspace
 
 
-def _refuse(what, expected, got):
-    raise ValueError(f"{_OP}: {what}: expected {expected}, got {got}")
+def _refuse(what, expected, got, error=ValueError):
+    raise error(f"{_OP}: {what}: expected {expected}, got {got}")
 
 
 def _sinks(module, kwargs):
@@ -162,9 +162,8 @@ def _sinks(module, kwargs):
         return None
     if not isinstance(sinks, torch.Tensor) or not sinks.is_floating_point():
         # Refused, not converted (docs/bad_inputs.md): an int sink would change the softmax.
-        raise TypeError(f"{_OP}: sinks dtype unsupported: expected a floating-point tensor "
-                        f"(s_aux / module.sinks), got "
-                        f"{sinks.dtype if isinstance(sinks, torch.Tensor) else type(sinks).__name__}")
+        _refuse("sinks dtype unsupported", "a floating-point tensor (s_aux / module.sinks)",
+                sinks.dtype if isinstance(sinks, torch.Tensor) else type(sinks).__name__, TypeError)
     return sinks.detach().to(torch.float32).contiguous()
 
 
@@ -314,8 +313,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
                 f"a multiple of {key.shape[1]} (key.shape[1])", query.shape[1])
     for name, x in (("key", key), ("value", value)):
         if x.dtype != query.dtype:
-            raise TypeError(f"{_OP}: {name} dtype mismatch: expected {query.dtype} (query's "
-                            f"dtype), got {x.dtype}")
+            _refuse(f"{name} dtype mismatch", f"{query.dtype} (query's dtype)", x.dtype, TypeError)
         if x.device != query.device:
             _refuse(f"{name} device mismatch", f"{query.device} (query's device)", x.device)
     # [1, heads, tokens, head_dim] -> [tokens, heads, head_dim] views (dense head_dim).
