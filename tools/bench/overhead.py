@@ -292,6 +292,20 @@ def _rows_tiny(device, iters, cuda):
             lambda: bound_ragged.run(q, k, v, out=out))
     if _calls is not None:
         add("splitkv ragged, full path", ragged, before=_calls._layouts.clear, gpu=False)
+        params, _, _ = _calls.ragged_params(
+            _calls.RAGGED, q, k, v, cu, cu, workspace, True, None, -1, 0.0, None, False, out, 16,
+            launch=True)
+        with torch.cuda.device(q.device) if cuda else contextlib.nullcontext():
+            add("C++ LaunchRaggedAttention", lambda: _splitkv.LaunchRaggedAttention(params),
+                gpu=False)
+            add("C++ PlanRaggedAttention", lambda: _splitkv.PlanRaggedAttention(params), gpu=False)
+    if cuda:  # where the ragged launch's host time goes: the sm_90 kernel's three tensor
+        # maps (encoded every call) against the mma.sync kernel's launch (no maps)
+        os.environ["SPLITKV_DISABLE_SM90"] = "1"
+        try:
+            add("splitkv ragged_attention(out=), SPLITKV_DISABLE_SM90=1", ragged)
+        finally:
+            del os.environ["SPLITKV_DISABLE_SM90"]
     q4, k4, v4 = (x.transpose(0, 1).unsqueeze(0) for x in (q, k, v))
     sdpa_causal = lambda: F.scaled_dot_product_attention(q4, k4, v4, is_causal=True, **gqa)  # noqa: E731
     add("torch SDPA causal (contiguous)", sdpa_causal)

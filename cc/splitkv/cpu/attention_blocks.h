@@ -45,7 +45,12 @@ using V = Simd::V;
 using M = Simd::M;
 using VI = Simd::VI;
 
-// Per-thread buffers, reused across tasks.
+// Per-thread buffers, reused across tasks. The kernels hold one thread_local Scratch, and
+// GCC specialises them on it: an element access `s.qt[i]` in a loop then re-derives the
+// variable's address (__tls_get_addr, a call in a shared library) for every element. Loops
+// over elements therefore index a local pointer to the buffer's data:
+// the transposes in RunKeysRowLanes were 2/3 of a tiny prefill's time (16 queries x 16 keys,
+// 4 heads, head_dim 64: 37 us a call, docs/perf_log.md).
 struct Scratch {
   Vector<float> qt, st, ot, keys, values, stat;  // stat: row_max, row_sum, rescale (x rows_pad)
   Vector<int32_t> lo, hi;                      // visible keys of each row lane
@@ -404,8 +409,9 @@ void RunKeysDirect(const Kv& kv, int64_t key_begin, int64_t key_end, const RowSt
       s.pf_k[j] = kv.Key(kb + nb + j);
       s.pf_v[j] = kv.Value(kb + nb + j);
     }
+    float* const scores = s.st.data();  // a local pointer, not s.st[]: see Scratch
     for (int64_t j = nb; j < (nb + kL - 1) / kL * kL; ++j) {
-      for (int64_t r = 0; r < st.rows; ++r) s.st[r * kBlock + j] = 0.0f;
+      for (int64_t r = 0; r < st.rows; ++r) scores[r * kBlock + j] = 0.0f;
     }
     for (int64_t r0 = 0; r0 < st.rows; r0 += 4) {
       const int64_t n = std::min<int64_t>(4, st.rows - r0);
@@ -458,8 +464,9 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
   auto ensure_qt = [&] {
     if (qt_ready) return;
     s.qt.assign(d * rp, 0.0f);
+    float* const qt = s.qt.data();  // a local pointer, not s.qt[]: see Scratch
     for (int64_t r = 0; r < st.rows; ++r) {
-      for (int64_t e = 0; e < d; ++e) s.qt[e * rp + r] = st.q[r * d + e];
+      for (int64_t e = 0; e < d; ++e) qt[e * rp + r] = st.q[r * d + e];
     }
     qt_ready = true;
   };
@@ -467,9 +474,10 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
   if constexpr (kBf16Dot) {
     // q came from bfloat16, so its float32 copy's upper halves are the original values.
     s.qt2.assign(pairs * rp, 0u);
+    uint32_t* const qt2 = s.qt2.data();
     for (int64_t r = 0; r < st.rows; ++r) {
       for (int64_t e2 = 0; e2 < pairs; ++e2) {
-        s.qt2[e2 * rp + r] =
+        qt2[e2 * rp + r] =
             (FloatToBits(st.q[r * d + 2 * e2]) >> 16) | (FloatToBits(st.q[r * d + 2 * e2 + 1]) & 0xffff0000u);
       }
     }
@@ -489,9 +497,11 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
   std::fill(sum_v, sum_v + rp, 0.0f);
   s.lo.assign(rp, 0);
   s.hi.assign(rp, 0);  // padding lanes see nothing
+  int32_t* const lo = s.lo.data();
+  int32_t* const hi = s.hi.data();
   for (int64_t r = 0; r < st.rows; ++r) {
-    s.lo[r] = static_cast<int32_t>(st.row_lo[r]);
-    s.hi[r] = static_cast<int32_t>(st.row_hi[r]);
+    lo[r] = static_cast<int32_t>(st.row_lo[r]);
+    hi[r] = static_cast<int32_t>(st.row_hi[r]);
   }
   s.keys.resize(kBlock * d);
   s.values.resize(kBlock * d);
@@ -607,8 +617,9 @@ void RunKeysRowLanes(const Kv& kv, int64_t key_begin, int64_t key_end, const Row
     });
   }
 
+  const float* const ot = s.ot.data();
   for (int64_t r = 0; r < st.rows; ++r) {
-    for (int64_t e = 0; e < d; ++e) st.acc[r * d + e] = s.ot[e * rp + r];
+    for (int64_t e = 0; e < d; ++e) st.acc[r * d + e] = ot[e * rp + r];
     st.row_max[r] = max_v[r];
     st.row_sum[r] = sum_v[r];
   }
