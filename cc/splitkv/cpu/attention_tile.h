@@ -323,8 +323,9 @@ void RunTileKeys(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, Ti
       }
       for (; r0 < rows; ++r0) ScoreRowsDirect<1>(&s.q[r0 * d], s.keys.data(), &s.scores[r0 * kKeyBlock], d, nb);
     } else {
+      float* const keys_f = s.keys.data();
       for (int64_t j = nb; j < padded; ++j) {
-        for (int64_t e = 0; e < d; ++e) s.keys[e * kKeyBlock + j] = 0.0f;
+        for (int64_t e = 0; e < d; ++e) keys_f[e * kKeyBlock + j] = 0.0f;
       }
       for (; r0 + kRowBlock <= rows; r0 += kRowBlock) {
         ScoreRows<kRowBlock>(&s.q[r0 * d], s.keys.data(), &s.scores[r0 * kKeyBlock], d, padded);
@@ -442,7 +443,8 @@ void RunTileSplit(const TileInputs<T>& in, const TileRows& tile, const Kv& kv, i
       const float sum = s.row_sum[r];
       stats[index] = SoftmaxStat{sum != 0.0f ? s.row_max[r] : kNegInf, sum};
       const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
-      for (int64_t e = 0; e < d; ++e) partials[index * d + e] = s.acc[r * d + e] * inv;
+      const float* const acc = s.acc.data() + r * d;  // a local pointer: see blocks::Scratch
+      for (int64_t e = 0; e < d; ++e) partials[index * d + e] = acc[e] * inv;
     }
   }
   std::atomic_ref<uint32_t> counter(reinterpret_cast<uint32_t*>(in.workspace)[tile.counter_index]);

@@ -100,7 +100,8 @@ void RunTileInvariant(const TileInputs<T>& in, const TileRows& tile, const Kv& k
     const float sum = s.row_sum[r];
     *stat = SoftmaxStat{sum != 0.0f ? s.row_max[r] : -std::numeric_limits<float>::infinity(), sum};
     const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
-    for (int64_t e = 0; e < d; ++e) partial[e] = s.acc[r * d + e] * inv;
+    const float* const acc = s.acc.data() + r * d;  // a local pointer: see blocks::Scratch
+    for (int64_t e = 0; e < d; ++e) partial[e] = acc[e] * inv;
   };
   // The sink enters here, once per row (NormaliseRow of the merged row: max lse, sum 1, or
   // sum 0 for a row that saw no key (lse -inf), whose lse becomes the sink (a sink of -inf:
