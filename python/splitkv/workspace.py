@@ -240,10 +240,14 @@ _MAX_WORKSPACE_BYTES = 2**63 - WORKSPACE_ALIGNMENT
 
 def checked_nbytes(op, name, nbytes):
     """A workspace size as an int in [COUNTER_REGION_BYTES, 2**63 - WORKSPACE_ALIGNMENT]
-    (anything with __index__ but a bool), or TypeError / ValueError naming ``name``: the
-    Workspace's check, and that of whoever sizes one for later."""
-    if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__"):
-        _checks.fail(op, name, "has the wrong type", "an int", repr(nbytes), error=TypeError)
+    (anything with __index__ but a bool, a tensor or an array), or TypeError / ValueError
+    naming ``name``: the Workspace's check, and that of whoever sizes one for later."""
+    # As the options refuse them (_checks.integer): a tensor or array has __index__ too, which
+    # reads a 0-d int one silently (torch.tensor(True) as 1) and raises torch's or numpy's
+    # own TypeError, naming no argument, for a float or multi-element one.
+    if _checks._not_a_number(nbytes) or not hasattr(nbytes, "__index__"):
+        _checks.fail(op, name, "has the wrong type", "an int", _checks._type_text(nbytes),
+                     error=TypeError)
     nbytes = nbytes.__index__()
     if nbytes < COUNTER_REGION_BYTES:
         _checks.fail(op, name, "too small", f">= {COUNTER_REGION_BYTES} (the counter region)", nbytes)
@@ -500,9 +504,13 @@ if hasattr(torch._C, "_cuda_getCurrentRawStream"):
 
 def check_every_call(op, workspace, buffer, when):
     """SPLITKV_CHECK_WORKSPACE=1: the whole counter region must be zero (synchronises)."""
+    if buffer.numel() < COUNTER_REGION_BYTES or buffer.data_ptr() % WORKSPACE_ALIGNMENT:
+        return  # the launcher refuses such a buffer with its own message, before any counter
     if buffer.device.type == "cuda":
         torch.cuda.current_stream(buffer.device).synchronize()
-    region = buffer[:COUNTER_REGION_BYTES].view(torch.int32)
+    # Flat first: a workspace may have any rank (slicing a 2-D one would take whole rows,
+    # scratch bytes included, and a 0-d one cannot be sliced).
+    region = buffer.view(-1)[:COUNTER_REGION_BYTES].view(torch.int32)
     nonzero = torch.nonzero(region).flatten()
     if nonzero.numel() == 0:
         return
@@ -531,12 +539,18 @@ def check_counter_region(workspace):
         workspace is neither a Workspace nor a uint8 tensor.
     ValueError
         A counter is nonzero ("counter region not zero", with the count and the first
-        nonzero counter's index, byte and value); the buffer is smaller than the region; or
-        another thread's call is using it ("workspace in use").
+        nonzero counter's index, byte and value); the buffer is smaller than the region or on
+        neither a CPU nor a CUDA device; or another thread's call is using it ("workspace in
+        use").
     """
-    buffer = _checks.workspace_tensor("check_counter_region", workspace)
-    with exclusive("check_counter_region", workspace, check=False):
-        region = buffer[:COUNTER_REGION_BYTES]
+    op = "check_counter_region"
+    buffer = _checks.workspace_tensor(op, workspace)
+    if buffer.device.type not in _checks.BACKENDS:  # a meta tensor has no bytes to copy
+        _checks.fail(op, "workspace device", "unsupported", "a cpu or cuda tensor",
+                     buffer.device)
+    with exclusive(op, workspace, check=False):
+        # Flat first, as the launchers read it: a workspace may have any rank (0-d included).
+        region = buffer.view(-1)[:COUNTER_REGION_BYTES]
         if region.device.type != "cpu":
             region = region.cpu()
         _splitkv.CheckCounterRegionZero(region.data_ptr(), buffer.numel())

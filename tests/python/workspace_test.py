@@ -9,10 +9,12 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,6 +165,73 @@ def test_workspace_rejects_bad_sizes():
                        r"9223372036854775552 \(2\*\*63 - 256: torch sizes are int64\), got "
                        r"18446744073709551616$"):
         splitkv.Workspace(2**64)
+
+
+@pytest.mark.parametrize("nbytes, got", [
+    (torch.tensor(float(16 << 20)), "a torch.float32 tensor of shape ()"),
+    (torch.tensor([16 << 20]), "a torch.int64 tensor of shape (1,)"),
+    (torch.tensor(True), "a torch.bool tensor of shape ()"),  # would read as 1
+    (torch.tensor(16 << 20), "a torch.int64 tensor of shape ()"),  # read silently before
+    (np.array([16 << 20]), "array([16777216])"),
+    (np.array(16 << 20), "array(16777216)"),
+])
+def test_workspace_refuses_a_tensor_or_array_size(nbytes, got):
+    # As the int options refuse them: torch's or numpy's __index__ raised its own TypeError,
+    # naming no argument, for a float or one-element 1-D one, and read a 0-d int one.
+    with pytest.raises(TypeError, match="^" + re.escape(
+            f"Workspace: nbytes has the wrong type: expected an int, got {got}") + "$"):
+        splitkv.Workspace(nbytes)
+    with pytest.raises(TypeError, match=r"^splitkv.integrations.transformers.register: "
+                       r"workspace_bytes has the wrong type: expected an int, got "):
+        splitkv.workspace.checked_nbytes("splitkv.integrations.transformers.register",
+                                         "workspace_bytes", nbytes)
+    assert splitkv.Workspace(np.int64(16 << 20)).nbytes == 16 << 20  # numpy's int scalar: an int
+
+
+def _aligned_buffer(nbytes, device="cpu"):
+    raw = torch.zeros(nbytes + 255, dtype=torch.uint8, device=device)
+    skip = -raw.data_ptr() % 256
+    return raw[skip:skip + nbytes]
+
+
+def test_check_counter_region_of_any_rank():
+    # A workspace of any rank is its flat bytes: a 0-d one is 1 byte (was an IndexError), a
+    # 2-D one is read from its first byte, whatever its first dimension.
+    with pytest.raises(ValueError, match=r"^check_counter_region: workspace too small: need at "
+                       r"least 8388608 bytes \(the counter region\), got 1$"):
+        splitkv.check_counter_region(torch.zeros((), dtype=torch.uint8))
+    buffer = _aligned_buffer(4 * splitkv.COUNTER_REGION_BYTES).view(4, -1)
+    buffer[1, 0] = 7  # past the counter region: scratch bytes
+    splitkv.check_counter_region(buffer)
+    buffer[0, -1] = 7
+    with pytest.raises(ValueError, match=r"counter region not zero: .* the first at index "
+                       r"2097151 \(byte 8388604\) holding 117440512$"):
+        splitkv.check_counter_region(buffer)
+    with pytest.raises(ValueError, match=r"^check_counter_region: workspace device unsupported: "
+                       r"expected a cpu or cuda tensor, got meta$"):  # was NotImplementedError
+        splitkv.check_counter_region(torch.zeros(16 << 20, dtype=torch.uint8, device="meta"))
+
+
+def test_check_every_call_with_a_2d_workspace(monkeypatch):
+    # SPLITKV_CHECK_WORKSPACE=1 scans the counter region of a workspace of any rank: a 2-D
+    # one's rows were scanned instead (its scratch too), and a split call that computed its
+    # result raised torch's "only one element tensors can be converted to Python scalars".
+    monkeypatch.setattr(splitkv.workspace, "CHECK_EVERY_CALL", True)
+    buffer = _aligned_buffer(64 << 20).view(2, -1)
+    problem = harness.make_paged([3000, 2000], page_size=16, group=2, dtype=_DTYPE)
+    buffer.view(-1)[splitkv.COUNTER_REGION_BYTES:].view(torch.float32).fill_(float("nan"))
+    for _ in range(2):  # the full path, then the per-call path
+        out = problem.run(buffer, num_splits=8)
+        harness.assert_close(out, problem.reference()[0], _DTYPE)
+    buffer[0, 4] = 3
+    with pytest.raises(ValueError, match=r"^paged_attention: workspace counter region not zero "
+                       r"before the call: .* the first at index 1 \(byte 4\) holding 3; the region "
+                       r"was reset to zero$"):
+        problem.run(buffer, num_splits=8)
+    splitkv.check_counter_region(buffer)
+    # A 0-d or misaligned one is the launcher's to refuse, with its message (was an IndexError).
+    with pytest.raises(ValueError, match=r"^paged_attention: workspace misaligned"):
+        problem.run(_aligned_buffer(1 << 10)[64:][:1].view(()))
 
 
 def test_workspace_rejects_bad_devices():
