@@ -16,6 +16,7 @@ import bad_inputs
 import errors_test
 import harness
 import splitkv
+import splitkv_reference
 from harness import DEVICES
 
 _DTYPE = torch.float16
@@ -219,6 +220,46 @@ def test_nonfinite_inputs_propagate(device, where, value, request):
         harness.assert_close(out[~bad], expected[~bad], _DTYPE)
         harness.assert_lse_close(lse[~bad], expected_lse[~bad])
         harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("batch_invariant", [False, True], ids=["default", "invariant"])
+@pytest.mark.parametrize("all_keys", [False, True], ids=["one_split", "whole_row"])
+def test_nonfinite_value_behind_minus_inf_logits_propagates(batch_invariant, all_keys):
+    # A visible key whose scaled logit overflows to -inf has weight 0, and 0 x inf is NaN
+    # (splitkv_reference: "a visible key whose weight underflows still spreads NaN"). CPU:
+    # batch_invariant's merge skipped an invariant split (1024 keys) whose logits were all
+    # -inf, and with it the NaN of an infinite value there: the row came back finite.
+    workspace = harness.shared_workspace("cpu")
+    head_dim, kv_len = 64, 2048
+    q = torch.zeros(1, 1, head_dim)
+    q[0, 0, 0] = 1.0
+    k = torch.zeros(kv_len, 1, head_dim)
+    k[:, 0, 1] = 1.0  # q . k = 0: logit 0
+    k[0 if all_keys else 1024:, 0, 0] = -2.0  # q . k = -2: logit -6e38, -inf in float32
+    v = torch.randn(kv_len, 1, head_dim, generator=torch.Generator().manual_seed(7))
+    v[1500, 0, 3] = float("inf")  # in the second invariant split of 1024 keys
+    cu_q = torch.tensor([0, 1], dtype=torch.int32)
+    cu_kv = torch.tensor([0, kv_len], dtype=torch.int32)
+    out, lse = splitkv.ragged_attention(q, k, v, cu_q, cu_kv, workspace, causal=False,
+                                        sm_scale=3e38, return_lse=True,
+                                        batch_invariant=batch_invariant)
+    if all_keys:
+        # Every logit -inf: the row reads as one that sees no key (out 0, LSE -inf), but
+        # for the element the infinite value enters. (The float64 reference, whose logits
+        # do not overflow, weighs the keys equally: out[3] is inf there.)
+        assert lse.item() == float("-inf")
+        assert out[0, 0, 3].isnan()
+        assert int((out[0, 0] == 0).sum()) == head_dim - 1
+    else:
+        expected, expected_lse = splitkv_reference.ragged_attention(
+            q, k, v, cu_q, cu_kv, causal=False, sm_scale=3e38)
+        assert expected[0, 0, 3].isnan() and int(torch.isfinite(expected).sum()) == head_dim - 1
+        assert out[0, 0, 3].isnan()
+        keep = torch.arange(head_dim) != 3
+        torch.testing.assert_close(out[0, 0, keep].double(), expected[0, 0, keep], atol=2e-5,
+                                   rtol=2e-5)
+        torch.testing.assert_close(lse.double(), expected_lse, atol=1e-4, rtol=2e-5)
+    harness.assert_counter_region_zero(workspace)
 
 
 def test_doc_file_is_where_the_catalogue_writes():

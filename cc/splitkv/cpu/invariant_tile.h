@@ -36,6 +36,9 @@ inline namespace SPLITKV_CPU_ISA {
 // M + log(total). A split whose sum_exp is 0 (no visible key) is skipped, so a row's result
 // is the same whatever number of empty splits the launch gives it; a row with one non-empty
 // split gets that partial exactly (w / total == 1). stat(s) and partial(s) read split s.
+// A skipped split whose keys were visible but all of logit -inf (an overflowed scaled
+// logit) holds NaN where a visible value was not finite (0 x inf): that NaN still reaches
+// out, as in the default merge and the float64 reference; every other bit is unchanged.
 template <typename Stat, typename Partial>
 inline void MergeInvariantRow(int64_t num_splits, int64_t d, const Stat& stat, const Partial& partial, float* out,
                               float& lse) {
@@ -46,9 +49,20 @@ inline void MergeInvariantRow(int64_t num_splits, int64_t d, const Stat& stat, c
     const SoftmaxStat st = stat(sp);
     if (st.sum_exp != 0.0f) global_max = any ? NanMax(global_max, st.max) : st.max, any = true;
   }
+  // NaN a skipped split passes on (see above); a split with no visible key holds 0 there.
+  auto pass_nan_of_skipped = [&] {
+    for (int64_t sp = 0; sp < num_splits; ++sp) {
+      if (stat(sp).sum_exp != 0.0f) continue;
+      const float* p = partial(sp);
+      for (int64_t e = 0; e < d; ++e) {
+        if (p[e] != p[e]) out[e] = p[e];
+      }
+    }
+  };
   if (!any) {
     for (int64_t e = 0; e < d; ++e) out[e] = 0.0f;
     lse = kNegInf;
+    pass_nan_of_skipped();
     return;
   }
   float total = 0.0f;
@@ -70,6 +84,7 @@ inline void MergeInvariantRow(int64_t num_splits, int64_t d, const Stat& stat, c
     first = false;
   }
   lse = global_max + std::log(total);
+  pass_nan_of_skipped();
 }
 
 // Per-thread buffers of the in-task splits.
