@@ -13,7 +13,8 @@
 // "paged_attention: workspace too small: need 9437440 bytes for num_splits=4, got 8388608;
 // pass a larger workspace or let the planner choose num_splits"; a CudaError message is
 // mostly "<op>: <cudaGetErrorString>". Catch the most derived class you handle first. A refused
-// call has written nothing. pybind11 turns the std::invalid_argument family into
+// call has written nothing (a dirty-counter WorkspaceError also zeroes the counter region:
+// launchers.h). pybind11 turns the std::invalid_argument family into
 // ValueError and CudaError into RuntimeError. Beyond these, only the standard library's
 // own failures (std::bad_alloc, std::system_error from starting the CPU thread pool) can
 // escape a call.

@@ -4,7 +4,8 @@
 // Validation: both launchers check every argument before touching memory and throw a
 // typed exception (errors.h) whose message names the operation, the argument, the value and
 // what was expected; a refused call writes nothing (out, lse and the counter region are
-// untouched). Which values are checked depends on where they live:
+// untouched), except that a refusal for a dirty counter region zeroes that region (below).
+// Which values are checked depends on where they live:
 //   - shapes, strides, options, dtype/backend/head_dim support, and the workspace (null,
 //     alignment, size, what a forced num_splits needs): always;
 //   - index values (seq_lens, block_tables page ids, cu_seqlens prefix sums, max_q_len

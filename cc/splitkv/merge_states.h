@@ -22,7 +22,8 @@ struct MergeStatesParams {
   const void* outs = nullptr;
   int64_t outs_stride_state = 0, outs_stride_token = 0, outs_stride_head = 0;
   // lses [num_states, total_q, num_qo_heads] float32: log(sum_{j in K_s} exp(logit_j)),
-  // -inf for a partial that saw no key.
+  // -inf for a partial that saw no key. A launcher's lse includes options.sinks: pass the
+  // sinks to the launch of one state only, or the sink is counted once per state.
   const float* lses = nullptr;
   int64_t lses_stride_state = 0, lses_stride_token = 0, lses_stride_head = 0;
   // out [total_q, num_qo_heads, head_dim] of `dtype`, lse [total_q, num_qo_heads] float32:

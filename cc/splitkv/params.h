@@ -173,7 +173,9 @@ struct PagedAttentionParams {
   int64_t num_pages = 0;          // pages in the cache, >= 1
   int64_t page_size = 0;          // tokens per page, >= 1 (a power of two on CUDA)
   int64_t max_pages_per_seq = 0;  // columns of block_tables, >= 1
-  int64_t num_qo_heads = 0;       // a multiple of num_kv_heads (GQA/MQA)
+  // A multiple of num_kv_heads (GQA/MQA): qo head h reads kv head h / (num_qo_heads /
+  // num_kv_heads) (consecutive qo heads share a kv head).
+  int64_t num_qo_heads = 0;
   int64_t num_kv_heads = 0;       // >= 1
   int64_t head_dim = 0;           // elements per head: 1..1024 on the CPU, 64/128/256 on CUDA
   // Upper bound on q_len over requests (1 for decode), >= 1; sizes the tile grid. The CPU
@@ -223,7 +225,7 @@ struct RaggedAttentionParams {
   int64_t batch_size = 0;     // requests, >= 0
   int64_t total_q = 0;        // query tokens, >= 0; 0 launches nothing
   int64_t total_kv = 0;       // key/value tokens, >= 0
-  int64_t num_qo_heads = 0;   // a multiple of num_kv_heads
+  int64_t num_qo_heads = 0;   // a multiple of num_kv_heads; kv head mapping as PagedAttentionParams
   int64_t num_kv_heads = 0;   // >= 1
   int64_t head_dim = 0;       // 1..1024 on the CPU, 64/128/256 on CUDA
   // Upper bound on q_len over requests; 0 means total_q. Sizes the tile grid; the CPU
