@@ -7,6 +7,7 @@ requests, NaN and infinities in unused KV bytes (never read) and in q, k, v (pro
 to the rows that see them).
 """
 
+import math
 import os
 
 import pytest
@@ -260,6 +261,46 @@ def test_nonfinite_value_behind_minus_inf_logits_propagates(batch_invariant, all
                                    rtol=2e-5)
         torch.testing.assert_close(lse.double(), expected_lse, atol=1e-4, rtol=2e-5)
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_invariant", [False, True], ids=["default", "invariant"])
+@pytest.mark.parametrize("all_keys", [False, True], ids=["half_the_keys", "whole_row"])
+def test_infinite_value_behind_overflowed_logits(device, batch_invariant, all_keys):
+    # The test above's case in bfloat16 from finite inputs, on both backends: q . k =
+    # 1e20 x -1e20 overflows float32 to -inf for keys [2048, 4096) (or every key), a whole
+    # number of invariant splits on either backend (1024 keys on the CPU, 2048 on CUDA);
+    # an infinite value sits at key 3000. Its weight is 0 and 0 x inf is NaN: out[3] NaN.
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    head_dim, kv_len = 64, 4096
+    q = torch.zeros(1, 1, head_dim, dtype=torch.bfloat16)
+    q[0, 0, 0], q[0, 0, 1] = 1e20, 1.0
+    k = torch.zeros(kv_len, 1, head_dim, dtype=torch.bfloat16)
+    k[:, 0, 1] = 0.5  # q . k = 0.5 for the keys that do not overflow
+    k[0 if all_keys else 2048:, 0, 0] = -1e20
+    v = torch.randn(kv_len, 1, head_dim, generator=torch.Generator().manual_seed(7)).to(
+        torch.bfloat16)
+    v[3000, 0, 3] = float("inf")
+    cu_q = torch.tensor([0, 1], dtype=torch.int32)
+    cu_kv = torch.tensor([0, kv_len], dtype=torch.int32)
+    q, k, v, cu_q, cu_kv = (x.to(device) for x in (q, k, v, cu_q, cu_kv))
+    for num_splits in ((None,) if batch_invariant else (None, 1, 2, 4)):
+        out, lse = splitkv.ragged_attention(q, k, v, cu_q, cu_kv, workspace, causal=False,
+                                            return_lse=True, num_splits=num_splits,
+                                            batch_invariant=batch_invariant, max_q_len=1)
+        out, lse = out.cpu()[0, 0], lse.cpu()[0, 0]
+        assert out[3].isnan(), (num_splits, out[3])
+        keep = torch.arange(head_dim) != 3
+        if all_keys:
+            # Every logit -inf: a row that sees no key (out 0, LSE -inf) but for element 3.
+            assert lse.item() == float("-inf"), num_splits
+            assert torch.equal(out[keep], torch.zeros(head_dim - 1, dtype=out.dtype))
+        else:
+            expected = v[:2048, 0].cpu().double().mean(0)  # equal weights over keys 0-2047
+            harness.assert_close(out[keep], expected[keep], torch.bfloat16)
+            assert abs(lse.item() - (0.5 / 8.0 + math.log(2048))) < 1e-3, (num_splits, lse)
+        harness.assert_counter_region_zero(workspace)
 
 
 def test_doc_file_is_where_the_catalogue_writes():
