@@ -266,12 +266,19 @@ def test_nonfinite_value_behind_minus_inf_logits_propagates(batch_invariant, all
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("batch_invariant", [False, True], ids=["default", "invariant"])
 @pytest.mark.parametrize("all_keys", [False, True], ids=["half_the_keys", "whole_row"])
-def test_infinite_value_behind_overflowed_logits(device, batch_invariant, all_keys):
+def test_infinite_value_behind_overflowed_logits(device, batch_invariant, all_keys, request):
     # The test above's case in bfloat16 from finite inputs, on both backends: q . k =
     # 1e20 x -1e20 overflows float32 to -inf for keys [2048, 4096) (or every key), a whole
     # number of invariant splits on either backend (1024 keys on the CPU, 2048 on CUDA);
     # an infinite value sits at key 3000. Its weight is 0 and 0 x inf is NaN: out[3] NaN.
     harness.require(device)
+    if device == "cuda":
+        # Measured on an H100 (session 56, docs/bad_inputs.md): one split keeps the NaN, but
+        # the merge leaves out a split whose logits are all -inf (NaN and all), and a row
+        # with no finite logit is written as 0.
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="CUDA drops a NaN behind -inf logits: in a split the merge "
+                                "leaves out, or in a row with no finite logit"))
     workspace = harness.shared_workspace(device)
     head_dim, kv_len = 64, 4096
     q = torch.zeros(1, 1, head_dim, dtype=torch.bfloat16)
