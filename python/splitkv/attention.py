@@ -200,9 +200,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         ``[num_kv_heads]``), a non-dense last dimension, a negated view (``is_neg()``), an
         ``out`` that requires grad or is an inference tensor outside inference mode, or an
         unknown kv_layout; an option out of range (``num_splits`` < 1 or >= 2**31,
-        ``window_left`` < -1, ``logits_soft_cap`` negative or not finite, ``sm_scale`` not
-        finite or past float32's range, ``max_q_len`` < 1 or below the longest query on the
-        CPU), or a forced ``num_splits`` with more work tiles than the counter region
+        ``window_left`` < -1 or >= 2**31, ``logits_soft_cap`` negative or not finite,
+        ``sm_scale`` not finite or past float32's range, ``max_q_len`` < 1 or below the
+        longest query on the CPU), or a forced ``num_splits`` with more work tiles than the counter region
         counts, or with ``batch_invariant``; an fp8
         cache without ``k_scale``/``v_scale``, a scale without one, a float scale that is
         not finite or outside float32's normal range;
@@ -377,7 +377,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
         batch_size, ``sinks`` not ``[num_qo_heads]`` or not contiguous, a scale tensor not
         ``[num_kv_heads]``), a non-dense last dimension, a negated view (``is_neg()``), an
         ``out`` that requires grad or is an inference tensor outside inference mode; an
-        option out of range (``num_splits`` < 1 or >= 2**31, ``window_left`` < -1,
+        option out of range (``num_splits`` < 1 or >= 2**31, ``window_left`` < -1 or >= 2**31,
         ``logits_soft_cap`` negative or not finite, ``sm_scale`` not finite or past
         float32's range, ``max_q_len`` < 0 or below the longest query on the CPU), or a
         forced ``num_splits`` with more work tiles than the counter region counts, or with
