@@ -30,10 +30,12 @@ eager calls refuse it; compiled, torch may fail first with an error of its own).
 a float (``k_scale``) or a tensor (``k_scales``), the other None.
 
 Validation: the functions check Python types and option values (what the op schema would
-otherwise refuse with a less helpful message); every other check runs inside the op, on
-the real tensors, through the same code as the eager functions, so errors read the same
-whether compiled or not. An int or float option that torch.compile traces as a symbol
-(``dynamic=True``, or a value that changed between calls, as a server's ``max_q_len``
+otherwise refuse with a less helpful message, or convert: called directly, the raw ops
+receive torch's conversions, e.g. ``causal=None`` as False, an int 1 as True, a one-element
+int tensor as an int, and cannot tell them from the real values); every other check runs
+inside the op, on the real tensors, through the same code as the eager functions, so errors
+read the same whether compiled or not. An int or float option that torch.compile traces as a
+symbol (``dynamic=True``, or a value that changed between calls, as a server's ``max_q_len``
 does) is checked by the op on its real value; so is every int or float option's range
 under torch.compile (Dynamo traces a symbol as an int or float, so the functions cannot tell
 it from a constant, and cannot format a message from it), so such a refusal is the eager
