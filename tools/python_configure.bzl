@@ -34,7 +34,13 @@ def _python_configure_impl(ctx):
              "or set --repo_env=SPLITKV_PYTHON=/path/to/python")
     info = _probe(ctx, python)
     pybind11_include = info["pybind11_include"]
-    if not pybind11_include:
+    if not pybind11_include and python != default_python:
+        # The headers do not depend on the Python: .venv's will do, if there is one (without
+        # this check the probe below fails with a bare execvp error naming .venv).
+        if not ctx.path(default_python).exists:
+            fail("python_configure: pybind11 is not installed for SPLITKV_PYTHON=%s " % python +
+                 "and there is no .venv to take its headers from; pip install pybind11 for " +
+                 "that Python, or run ./tools/bazel once (it creates .venv)")
         pybind11_include = _probe(ctx, default_python)["pybind11_include"]
     if not pybind11_include:
         fail("python_configure: pybind11 is installed neither for %s nor in .venv" % python)
