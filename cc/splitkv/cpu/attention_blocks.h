@@ -48,9 +48,9 @@ using VI = Simd::VI;
 // Per-thread buffers, reused across tasks. The kernels hold one thread_local Scratch, and
 // GCC specialises them on it: an element access `s.qt[i]` in a loop then re-derives the
 // variable's address (__tls_get_addr, a call in a shared library) for every element. Loops
-// over elements therefore index a local pointer to the buffer's data:
-// the transposes in RunKeysRowLanes were 2/3 of a tiny prefill's time (16 queries x 16 keys,
-// 4 heads, head_dim 64: 37 us a call, docs/perf_log.md).
+// over elements therefore index a local pointer to the buffer's data. Written the other way,
+// the transposes in RunKeysRowLanes took 2/3 of a tiny prefill's launch (16 queries x 16
+// keys, 4 heads, head_dim 64: 37 us a call; docs/perf_log.md, session 56).
 struct Scratch {
   Vector<float> qt, st, ot, keys, values, stat;  // stat: row_max, row_sum, rescale (x rows_pad)
   Vector<int32_t> lo, hi;                      // visible keys of each row lane
