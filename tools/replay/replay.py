@@ -8,6 +8,7 @@ trace (absl's own flag parsing errors exit 1).
 """
 
 import dataclasses
+import math
 import os
 import sys
 
@@ -63,7 +64,8 @@ flags.DEFINE_integer("prefill_num_splits", 0, "Forces num_splits on the ragged p
 flags.DEFINE_integer("decode_num_splits", 0, "Forces num_splits on the paged decodes; 0 lets the planner choose.")
 flags.DEFINE_integer("torch_threads", 1,
                      "Threads for the replay's own CPU torch work (token data, cache writes, float64 "
-                     "checks); 0 keeps torch's default. splitkv's CPU backend has its own pool "
+                     "checks); 0 keeps torch's default, and at most the machine's CPU count (far more "
+                     "crashed torch's thread pool). splitkv's CPU backend has its own pool "
                      "(SPLITKV_NUM_THREADS). One thread keeps these small ops from fighting that pool "
                      "for the cores, which made them 5-20x slower with two.")
 flags.DEFINE_integer("context_parallel", 1,
@@ -151,6 +153,17 @@ def main(argv):
                       ("workspace_mb", 1), ("page_size", 0), ("prefill_num_splits", 0),
                       ("decode_num_splits", 0), ("torch_threads", 0), ("context_parallel", 1)):
         _positive(name, getattr(FLAGS, name), low)
+    # splitkv takes num_splits and page indices as int32; torch's generators take a seed that
+    # fits 64 bits (the replay adds offsets of up to 2**33 per layer, so int64 is the range).
+    for name, high in (("prefill_num_splits", 2**31 - 1), ("decode_num_splits", 2**31 - 1),
+                       ("num_pages", 2**31 - 1), ("torch_threads", os.cpu_count() or 1)):
+        if getattr(FLAGS, name) > high:
+            raise _refuse(f"replay: --{name} invalid: expected <= {high}, got {getattr(FLAGS, name)}")
+    if not -2**63 <= FLAGS.seed < 2**63:
+        raise _refuse(f"replay: --seed invalid: expected -2**63 .. 2**63 - 1 (int64), got {FLAGS.seed}")
+    if FLAGS.inject_fault == "output" and FLAGS.check_every == 0:
+        raise _refuse("replay: --inject_fault=output conflicts with --check_every=0: expected output "
+                      "checks on (--check_every >= 1), or the fault is never injected nor caught")
     if FLAGS.batch_invariant and (FLAGS.prefill_num_splits or FLAGS.decode_num_splits):
         raise _refuse("replay: --batch_invariant conflicts with a forced num_splits: expected "
                       "--prefill_num_splits=0 and --decode_num_splits=0, got "
@@ -159,8 +172,8 @@ def main(argv):
     if fp8 and FLAGS.dtype == "float32":
         raise _refuse("replay: --kv_dtype=fp8_e4m3 conflicts with --dtype=float32: expected --dtype "
                       "bfloat16 or float16 (splitkv takes fp8 K/V with 16-bit q)")
-    if not FLAGS.step_ms > 0:
-        raise _refuse(f"replay: --step_ms invalid: expected > 0, got {FLAGS.step_ms}")
+    if not (FLAGS.step_ms > 0 and math.isfinite(FLAGS.step_ms)):
+        raise _refuse(f"replay: --step_ms invalid: expected a finite value > 0, got {FLAGS.step_ms}")
     if FLAGS.torch_threads:
         torch.set_num_threads(FLAGS.torch_threads)
     shape = presets.get_preset(FLAGS.model)

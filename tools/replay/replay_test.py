@@ -137,6 +137,15 @@ def test_counter_fault_stops_the_replay():
     assert result.counter_failure == ("counter region not zero after step 0: 1 nonzero counters in bytes "
                                       "[0, 8388608), the first counter 1000 (byte 4000) = 1")
     assert result.finished == 0
+    assert result.steps == result.counter_steps_checked == 1  # the step that left it ran its calls
+
+
+def test_pool_past_memory_is_refused():
+    with pytest.raises(ValueError, match="run_replay: KV pool too large: .* lower --num_pages or --page_size"):
+        run_replay(_config(num_pages=2**31 - 1))
+    # A max_batch_size far past the requests makes no huge slot list or block table.
+    result = run_replay(_config(max_batch_size=2**40, check_every=0))
+    assert result.ok and result.finished == 6
 
 
 def _binary(*args):
@@ -177,6 +186,14 @@ def test_binary_new_flags(flag, rows):
 @pytest.mark.parametrize("flags, message", [
     (["--kv_dtype=fp8_e4m3", "--dtype=float32"],
      "replay: --kv_dtype=fp8_e4m3 conflicts with --dtype=float32: expected --dtype bfloat16 or float16"),
+    # Each of these used to pass silently, crash (a segfault, a traceback) or fail mid-run.
+    (["--inject_fault=output", "--check_every=0"],
+     "replay: --inject_fault=output conflicts with --check_every=0"),
+    (["--torch_threads=100000"], "replay: --torch_threads invalid: expected <= "),
+    (["--seed=99999999999999999999"], "replay: --seed invalid: expected -2**63 .. 2**63 - 1 (int64)"),
+    (["--decode_num_splits=2147483648"], "replay: --decode_num_splits invalid: expected <= 2147483647"),
+    (["--step_ms=inf"], "replay: --step_ms invalid: expected a finite value > 0, got inf"),
+    (["--workspace_mb=100000000"], "run_replay: workspace too large: "),
 ])
 def test_binary_refuses_combinations(flags, message):
     """Refused before any process group is joined: exit 2, the reason on stderr."""

@@ -4,6 +4,7 @@ layers.py), check, repeat."""
 
 import dataclasses
 import math
+import os
 import time
 
 import torch
@@ -15,6 +16,7 @@ from tools.replay.context_parallel import ShardedCalls, any_rank
 from tools.replay import invariance
 from tools.replay.invariance import InvarianceStats
 from tools.replay.layers import make_layers
+from tools.replay.presets import layers as layer_kinds
 from tools.replay.page_allocator import PageAllocator
 from tools.replay.scheduler import Scheduler
 from tools.replay.timing import AttentionTimer
@@ -213,6 +215,28 @@ class _StepRunner:
         self.result.decode_tokens += len(seqs)
 
 
+def _physical_memory_bytes() -> int:
+    """The memory available now (Linux's MemAvailable), else the machine's, else no bound."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 2**63
+
+
+def _out_of_memory(error) -> bool:
+    """Whether error is an allocation failure (torch.OutOfMemoryError is a RuntimeError; the
+    CPU allocator raises a plain one, "can't allocate memory")."""
+    return (isinstance(error, (MemoryError, torch.OutOfMemoryError))
+            or "allocate" in str(error))
+
+
 def run_replay(config: ReplayConfig) -> ReplayResult:
     """Replays config.requests; returns what happened (never raises for a failed check)."""
     if config.inject_fault not in FAULTS:
@@ -221,23 +245,47 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
         config = dataclasses.replace(config, kv_dtype=None)
     wall_start = time.perf_counter()
     shape = config.shape
+    pool_bytes = (config.num_pages * 2 * shape.num_kv_heads * shape.page_size * shape.head_dim
+                  * (config.kv_dtype or config.dtype).itemsize * len(layer_kinds(shape))
+                  * (2 if config.context_parallel > 1 else 1))  # a rank's shard pool and the full one
+    if config.device.type == "cpu" and pool_bytes > _physical_memory_bytes():
+        # The pool is filled with NaN when made: past the machine's memory that is the OOM
+        # killer, not an exception.
+        raise ValueError(
+            f"run_replay: KV pool too large: expected at most the {_physical_memory_bytes()} bytes "
+            f"of memory available, got {pool_bytes} (num_pages {config.num_pages}, page_size {shape.page_size}); "
+            f"lower --num_pages or --page_size")
     allocator = PageAllocator(config.num_pages, seed=config.seed)
     scheduler = Scheduler(config.requests, allocator, shape.page_size, config.max_batch_size,
                           config.max_prefill_tokens, config.step_seconds, config.max_generated_tokens)
     cache_args = (config.num_pages, shape.num_kv_heads, shape.page_size, shape.head_dim,
-                  config.kv_dtype or config.dtype, config.device, config.kv_layout, config.max_batch_size,
+                  config.kv_dtype or config.dtype, config.device, config.kv_layout, scheduler.num_slots,
                   scheduler.max_pages_per_seq)
-    layers = make_layers(config, cache_args)
-    if config.context_parallel > 1:
-        for layer in layers:
-            layer.shards = ShardedCalls(config.rank, config.context_parallel, cache_args)
+    try:
+        layers = make_layers(config, cache_args)
+        if config.context_parallel > 1:
+            for layer in layers:
+                layer.shards = ShardedCalls(config.rank, config.context_parallel, cache_args)
+    except (RuntimeError, MemoryError) as e:
+        if not _out_of_memory(e):
+            raise
+        raise ValueError(
+            f"run_replay: KV pool too large: expected one that {config.device} can allocate, got "
+            f"num_pages {config.num_pages} x page_size {shape.page_size} x {shape.num_kv_heads} kv heads "
+            f"x head_dim {shape.head_dim} ({type(e).__name__}); lower --num_pages or --page_size") from None
     # One workspace for the whole replay, zeroed once here and never again. Batch-invariant
     # calls on CUDA need room for every split's partials (the CPU runs splits in one task).
     workspace_bytes = config.workspace_bytes
     if config.batch_invariant and config.device.type == "cuda":
         workspace_bytes = max(workspace_bytes, invariance.workspace_bytes_needed(
-            config.requests, shape, config.max_prefill_tokens, config.max_batch_size, scheduler.max_pages_per_seq))
-    workspace = splitkv.Workspace(workspace_bytes, config.device)
+            config.requests, shape, config.max_prefill_tokens, scheduler.num_slots, scheduler.max_pages_per_seq))
+    try:
+        workspace = splitkv.Workspace(workspace_bytes, config.device)
+    except (RuntimeError, MemoryError) as e:
+        if not _out_of_memory(e):
+            raise
+        raise ValueError(f"run_replay: workspace too large: expected one that {config.device} can allocate, got "
+                         f"{workspace_bytes} bytes ({type(e).__name__}); lower --workspace_mb") from None
     buffer = workspace_buffer(workspace)
     monitor = checks.CounterRegionMonitor(buffer, splitkv.COUNTER_REGION_BYTES)
     timer = AttentionTimer(config.device)
@@ -249,6 +297,7 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
 
     bar = tqdm.tqdm(total=len(config.requests), unit="req", desc="replay", disable=not config.progress,
                     dynamic_ncols=True)
+    steps_run = 0  # beyond the completed steps
     while not scheduler.done():
         plan = scheduler.next_step()
         for layer in layers:
@@ -267,6 +316,7 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
         if layers[0].shards is not None:  # every rank stops at the same step, or the others would hang
             stop = any_rank(stop, layers[0].shards.control)
         if stop:
+            steps_run += 1  # its calls ran and were checked: count it
             break
         finished = scheduler.complete_step(plan)
         if finished:
@@ -276,7 +326,7 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     monitor.flush()
     bar.close()
 
-    result.steps = scheduler.step
+    result.steps = scheduler.step + steps_run
     result.finished = scheduler.finished
     result.simulated_s = scheduler.clock_s - config.requests[0].arrival_s
     result.prefill_s = timer.seconds("prefill")

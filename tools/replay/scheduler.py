@@ -110,7 +110,10 @@ class Scheduler:
         self._arrivals = collections.deque(requests)
         self._waiting = collections.deque()
         self._running = []  # in admission order
-        self._free_slots = list(range(max_batch_size - 1, -1, -1))  # pop() gives the lowest
+        # Block-table rows: more than the requests are never used (and a huge max_batch_size
+        # must not make a huge list).
+        self.num_slots = max(1, min(max_batch_size, len(requests)))
+        self._free_slots = list(range(self.num_slots - 1, -1, -1))  # pop() gives the lowest
         self.step = 0
         self.clock_s = requests[0].arrival_s if requests else 0.0
         self.max_pages_per_seq = 0

@@ -82,17 +82,30 @@ def load_trace(path: str, max_requests: int = 0) -> list:
     Raises
     ------
     ValueError
-        Missing file or column, a malformed value, timestamps out of order, no rows,
-        or a negative max_requests.
+        Missing or unreadable file, text that is not UTF-8 CSV, a missing column, a row
+        too short, a malformed value, timestamps out of order, no rows, or a negative
+        max_requests.
     """
     if max_requests < 0:
         raise ValueError(f"trace: max_requests invalid: expected >= 0 (0 reads all), got {max_requests}")
     if not os.path.isfile(path):
         raise ValueError(f"trace: file not found: expected a CSV trace, got {path!r}")
+    try:
+        return _read_trace(path, max_requests)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"trace: {path} invalid: expected UTF-8 CSV text, got {e}") from None
+    except csv.Error as e:
+        raise ValueError(f"trace: {path} invalid: expected CSV, got {e}") from None
+    except OSError as e:  # unreadable (permissions, a device that fails)
+        raise ValueError(f"trace: {path} unreadable: expected a readable file, got {e}") from None
+
+
+def _read_trace(path, max_requests):
     requests = []
     first_ns = None
     previous_ns = None
-    with open(path, newline="") as f:
+    # utf-8-sig: a CSV saved with a byte-order mark still has its TIMESTAMP column.
+    with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
         for column in (TIMESTAMP_COLUMN, CONTEXT_COLUMN, GENERATED_COLUMN):
@@ -101,6 +114,11 @@ def load_trace(path: str, max_requests: int = 0) -> list:
         for row_number, row in enumerate(reader, start=2):  # row 1 is the header
             if max_requests and len(requests) == max_requests:
                 break
+            missing = [column for column in (TIMESTAMP_COLUMN, CONTEXT_COLUMN, GENERATED_COLUMN)
+                       if row[column] is None]
+            if missing:
+                raise ValueError(f"trace: row {row_number} of {path} too short: expected a value for "
+                                 f"each of {columns}, got none for {', '.join(missing)}")
             arrival_ns = parse_timestamp_ns(row[TIMESTAMP_COLUMN])
             if previous_ns is not None and arrival_ns < previous_ns:
                 raise ValueError(

@@ -62,10 +62,23 @@ def test_other_columns_ignored(tmp_path):
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n18:00:00,4,5\n", "trace: TIMESTAMP invalid"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:01,4,5\n2023-11-16 18:00:00,4,5\n",
      "trace: TIMESTAMP out of order in .* row 3"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,4\n",
+     "trace: row 2 of .* too short: expected a value for each of .*, got none for GeneratedTokens"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,4,\"" + "5" * 200000 + "\"\n",
+     "trace: .* invalid: expected CSV, got field larger than field limit"),
 ])
 def test_bad_files(tmp_path, text, message):
     with pytest.raises(ValueError, match=message):
         trace.load_trace(_write(tmp_path, text))
+
+
+def test_byte_order_mark_and_binary(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfTIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00,4,5\n")
+    assert [(r.context_tokens, r.generated_tokens) for r in trace.load_trace(str(path))] == [(4, 5)]
+    path.write_bytes(b"\xba\xff\x00 not text")
+    with pytest.raises(ValueError, match="trace: .* invalid: expected UTF-8 CSV text"):
+        trace.load_trace(str(path))
 
 
 def test_bad_arguments(tmp_path):
