@@ -202,10 +202,8 @@ def _refuse_negated(op, signature):
     the fake tensors, which keep the bit."""
     def kernel(*args, **kwargs):
         for name, x in signature.bind(*args, **kwargs).arguments.items():
-            if isinstance(x, torch.Tensor) and x.is_neg():
-                _checks.fail(op, name, "is a negated view",
-                             "a tensor whose memory holds its values", "is_neg() == True",
-                             f"pass {name}.resolve_neg()")
+            if isinstance(x, torch.Tensor):
+                _checks.not_negated(op, name, x)
         raise AssertionError(f"{op}: reached the Negative kernel without a negated tensor")
     return kernel
 
