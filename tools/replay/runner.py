@@ -2,6 +2,7 @@
 prefill and paged decode through splitkv with one workspace (for each replayed layer:
 layers.py), check, repeat."""
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -237,6 +238,19 @@ def _out_of_memory(error) -> bool:
             or "allocate" in str(error))
 
 
+@contextlib.contextmanager
+def _refuse_out_of_memory(what, device, got, lower):
+    """An allocation failure inside becomes "run_replay: <what> too large" naming the flags
+    to `lower`; other errors pass through."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as e:
+        if not _out_of_memory(e):
+            raise
+        raise ValueError(f"run_replay: {what} too large: expected one that {device} can allocate, got "
+                         f"{got} ({type(e).__name__}); lower {lower}") from None
+
+
 def run_replay(config: ReplayConfig) -> ReplayResult:
     """Replays config.requests; returns what happened (never raises for a failed check)."""
     if config.inject_fault not in FAULTS:
@@ -248,11 +262,12 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     pool_bytes = (config.num_pages * 2 * shape.num_kv_heads * shape.page_size * shape.head_dim
                   * (config.kv_dtype or config.dtype).itemsize * len(layer_kinds(shape))
                   * (2 if config.context_parallel > 1 else 1))  # a rank's shard pool and the full one
-    if config.device.type == "cpu" and pool_bytes > _physical_memory_bytes():
+    available = _physical_memory_bytes() if config.device.type == "cpu" else None
+    if available is not None and pool_bytes > available:
         # The pool is filled with NaN when made: past the machine's memory that is the OOM
         # killer, not an exception.
         raise ValueError(
-            f"run_replay: KV pool too large: expected at most the {_physical_memory_bytes()} bytes "
+            f"run_replay: KV pool too large: expected at most the {available} bytes "
             f"of memory available, got {pool_bytes} (num_pages {config.num_pages}, page_size {shape.page_size}); "
             f"lower --num_pages or --page_size")
     allocator = PageAllocator(config.num_pages, seed=config.seed)
@@ -261,31 +276,22 @@ def run_replay(config: ReplayConfig) -> ReplayResult:
     cache_args = (config.num_pages, shape.num_kv_heads, shape.page_size, shape.head_dim,
                   config.kv_dtype or config.dtype, config.device, config.kv_layout, scheduler.num_slots,
                   scheduler.max_pages_per_seq)
-    try:
+    with _refuse_out_of_memory("KV pool", config.device,
+                               f"num_pages {config.num_pages} x page_size {shape.page_size} x "
+                               f"{shape.num_kv_heads} kv heads x head_dim {shape.head_dim}",
+                               "--num_pages or --page_size"):
         layers = make_layers(config, cache_args)
         if config.context_parallel > 1:
             for layer in layers:
                 layer.shards = ShardedCalls(config.rank, config.context_parallel, cache_args)
-    except (RuntimeError, MemoryError) as e:
-        if not _out_of_memory(e):
-            raise
-        raise ValueError(
-            f"run_replay: KV pool too large: expected one that {config.device} can allocate, got "
-            f"num_pages {config.num_pages} x page_size {shape.page_size} x {shape.num_kv_heads} kv heads "
-            f"x head_dim {shape.head_dim} ({type(e).__name__}); lower --num_pages or --page_size") from None
     # One workspace for the whole replay, zeroed once here and never again. Batch-invariant
     # calls on CUDA need room for every split's partials (the CPU runs splits in one task).
     workspace_bytes = config.workspace_bytes
     if config.batch_invariant and config.device.type == "cuda":
         workspace_bytes = max(workspace_bytes, invariance.workspace_bytes_needed(
             config.requests, shape, config.max_prefill_tokens, scheduler.num_slots, scheduler.max_pages_per_seq))
-    try:
+    with _refuse_out_of_memory("workspace", config.device, f"{workspace_bytes} bytes", "--workspace_mb"):
         workspace = splitkv.Workspace(workspace_bytes, config.device)
-    except (RuntimeError, MemoryError) as e:
-        if not _out_of_memory(e):
-            raise
-        raise ValueError(f"run_replay: workspace too large: expected one that {config.device} can allocate, got "
-                         f"{workspace_bytes} bytes ({type(e).__name__}); lower --workspace_mb") from None
     buffer = workspace_buffer(workspace)
     monitor = checks.CounterRegionMonitor(buffer, splitkv.COUNTER_REGION_BYTES)
     timer = AttentionTimer(config.device)

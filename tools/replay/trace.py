@@ -9,6 +9,7 @@ import os
 TIMESTAMP_COLUMN = "TIMESTAMP"
 CONTEXT_COLUMN = "ContextTokens"
 GENERATED_COLUMN = "GeneratedTokens"
+_COLUMNS = (TIMESTAMP_COLUMN, CONTEXT_COLUMN, GENERATED_COLUMN)  # those the replay reads
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,14 +109,13 @@ def _read_trace(path, max_requests):
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
         columns = reader.fieldnames or []
-        for column in (TIMESTAMP_COLUMN, CONTEXT_COLUMN, GENERATED_COLUMN):
+        for column in _COLUMNS:
             if column not in columns:
                 raise ValueError(f"trace: column {column} missing in {path}: expected it among {columns}")
         for row_number, row in enumerate(reader, start=2):  # row 1 is the header
             if max_requests and len(requests) == max_requests:
                 break
-            missing = [column for column in (TIMESTAMP_COLUMN, CONTEXT_COLUMN, GENERATED_COLUMN)
-                       if row[column] is None]
+            missing = [column for column in _COLUMNS if row[column] is None]
             if missing:
                 raise ValueError(f"trace: row {row_number} of {path} too short: expected a value for "
                                  f"each of {columns}, got none for {', '.join(missing)}")
