@@ -1,7 +1,11 @@
 // The CPU backend's thread pool: every task index runs exactly once, tasks really run in
 // parallel, a task's exception reaches the caller after the rest ran, concurrent callers
-// are serialised safely, and SPLITKV_NUM_THREADS sizes the global pool. Run under TSAN too.
+// are serialised safely, SPLITKV_NUM_THREADS sizes the global pool, and a fork() during a
+// call leaves the child a pool that works. Run under TSAN too.
 #include "cc/splitkv/cpu/thread_pool.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -89,6 +93,48 @@ TEST(GlobalPoolSizeComesFromTheEnvironment) {
   EXPECT_EQ(3, ThreadPool::Global().num_threads());
   EXPECT_TRUE(&ThreadPool::Global() == &ThreadPool::Global());
 }
+
+#if defined(__SANITIZE_THREAD__)
+#define SPLITKV_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SPLITKV_TSAN 1
+#endif
+#endif
+
+#ifndef SPLITKV_TSAN  // TSAN ends a child of a multi-threaded process that starts threads
+TEST(ForkDuringACallLeavesTheChildAWorkingPool) {
+  // Another thread's call is inside the global pool when this thread forks. The child has
+  // neither that thread nor the pool's workers: before, its first call waited forever on the
+  // call lock the other thread held. The fork now waits for that call to end, and the child
+  // makes a pool of its own.
+  ThreadPool& pool = ThreadPool::Global();
+  std::atomic<int> started{0}, finished{0};
+  std::thread caller([&] {
+    pool.ParallelFor(3, [&](int64_t) {
+      started.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      finished.fetch_add(1);
+    });
+  });
+  while (started.load() == 0) std::this_thread::yield();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // a hang ends the child with SIGALRM, which the parent reports
+    ThreadPool& own = ThreadPool::Global();
+    const bool ok = own.num_threads() == 3 && WrongCounts(own, 1000) == 0 && WrongCounts(own, 7) == 0;
+    _exit(ok ? 0 : 1);
+  }
+  EXPECT_TRUE(pid > 0);
+  EXPECT_EQ(3, finished.load());  // the fork waited for the running call
+  caller.join();
+  int status = 0;
+  EXPECT_EQ(pid, waitpid(pid, &status, 0));
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(0, WEXITSTATUS(status));
+  EXPECT_EQ(int64_t{0}, WrongCounts(pool, 100));  // the parent's pool is untouched
+}
+#endif
 
 }  // namespace
 

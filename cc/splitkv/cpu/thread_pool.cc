@@ -1,8 +1,11 @@
 #include "cc/splitkv/cpu/thread_pool.h"
 
+#include <pthread.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "cc/splitkv/errors.h"
@@ -31,6 +34,11 @@ int PoolThreads() {
   return static_cast<int>(value);
 }
 
+// The process-wide pool, made at the first call (Global). Never destroyed: workers may
+// outlive static teardown.
+std::mutex global_mutex;
+ThreadPool* global_pool = nullptr;
+
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
@@ -56,9 +64,37 @@ void ThreadPool::Stop() {
 }
 
 ThreadPool& ThreadPool::Global() {
-  // A throw leaves the pool unmade: the next call reads the variable again.
-  static ThreadPool* pool = new ThreadPool(PoolThreads());  // never destroyed: workers may outlive static teardown
-  return *pool;
+  std::lock_guard<std::mutex> lock(global_mutex);
+  if (global_pool == nullptr) {
+    static const int registered = pthread_atfork(PrepareFork, AfterForkInParent, AfterForkInChild);
+    if (registered != 0) {
+      throw std::system_error(registered, std::generic_category(), "splitkv cpu: pthread_atfork");
+    }
+    // A throw leaves the pool unmade: the next call reads the variable again.
+    global_pool = new ThreadPool(PoolThreads());
+  }
+  return *global_pool;
+}
+
+// A fork() child has only the thread that forked. Were another thread's ParallelFor running,
+// the child would find call_mutex_ held by a thread it does not have and the tasks handed to
+// workers it does not have: every later call there would hang. So the fork waits for the
+// running call (the prepare handler takes the call lock), and the child leaves the parent's
+// pool behind (leaked: its threads and their state are not the child's) for a new one at its
+// first call, which reads SPLITKV_NUM_THREADS again.
+void ThreadPool::PrepareFork() {
+  global_mutex.lock();
+  if (global_pool != nullptr) global_pool->call_mutex_.lock();
+}
+
+void ThreadPool::AfterForkInParent() {
+  if (global_pool != nullptr) global_pool->call_mutex_.unlock();
+  global_mutex.unlock();
+}
+
+void ThreadPool::AfterForkInChild() {
+  global_pool = nullptr;
+  global_mutex.unlock();  // held by this thread since PrepareFork, as in the parent
 }
 
 // Takes tasks by index under the lock; a task's own work runs unlocked.

@@ -21,6 +21,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // The process-wide pool: SPLITKV_NUM_THREADS threads if set, else the hardware's count.
+  // A fork() waits for a ParallelFor running on another thread, and the child makes a pool
+  // of its own at its first call (it has none of the parent's worker threads).
   static ThreadPool& Global();
 
   int num_threads() const { return num_threads_; }
@@ -34,6 +36,10 @@ class ThreadPool {
   void WorkerLoop();
   void RunTasks();
   void Stop();  // wakes every worker to exit, and joins them
+  // pthread_atfork's handlers for the global pool (thread_pool.cc).
+  static void PrepareFork();
+  static void AfterForkInParent();
+  static void AfterForkInChild();
 
   const int num_threads_;
   std::vector<std::thread> workers_;
