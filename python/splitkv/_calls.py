@@ -424,7 +424,7 @@ class _Layout:
     of this layout needs besides addresses (the shapes of new outputs, where the work runs)."""
 
     __slots__ = ("launch", "max_q_len", "out_shape", "lse_shape", "cuda", "device", "v_offset",
-                 "host_max_q_len", "q_contiguous")
+                 "host_max_q_len", "q_contiguous", "plain_q")
 
     def __init__(self, template, params, q, operands, max_q_len, cu_seqlens_q):
         # Extents in the order the call passes the addresses: the inputs, then out.
@@ -434,6 +434,7 @@ class _Layout:
         # A new out is contiguous (the template's out strides): empty_like(q) makes one
         # when q is (and costs less than new_empty).
         self.q_contiguous = q.is_contiguous()
+        self.plain_q = q.__class__ is torch.Tensor
         self.lse_shape = tuple(q.shape[:2])
         self.device = q.device
         self.cuda = q.device.type == "cuda"
@@ -502,6 +503,14 @@ def call_max_q_len(layout, cu_seqlens_q, paged):
 
 
 def new_outputs(layout, q, out, return_lse):
+    if not layout.plain_q:
+        # q a torch.Tensor subclass: plain tensors, as the full path (_outputs) makes them
+        # (empty_like / new_empty would return q's class through its __torch_function__).
+        if out is None:
+            out = torch.empty(layout.out_shape, dtype=q.dtype, device=q.device)
+        lse = (torch.empty(layout.lse_shape, dtype=torch.float32, device=q.device)
+               if return_lse else None)
+        return out, lse
     if out is None:
         out = torch.empty_like(q) if layout.q_contiguous else q.new_empty(layout.out_shape)
     lse = q.new_empty(layout.lse_shape, dtype=torch.float32) if return_lse else None

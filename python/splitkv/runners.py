@@ -43,6 +43,18 @@ def _still_valid(entry, workspace, present):
     return layout, view
 
 
+def _getstate(runner):
+    """A runner's state for copy, deepcopy and pickle: its bound arguments, not its cached
+    layouts (C++ templates, which cannot be pickled; a copy validates again at its first run).
+    The workspace goes as a Workspace does (a new zeroed one; a user's uint8 tensor as a tensor)."""
+    return runner._fixed, runner._present, runner._options
+
+
+def _setstate(runner, state):
+    runner._fixed, runner._present, runner._options = state
+    runner._layouts = {}
+
+
 def _keep(layouts, key, layout, present, workspace):
     """Remembers a layout the full path just validated (None: not cacheable, or the global
     cache was just emptied; the next run takes the full path again)."""
@@ -63,7 +75,9 @@ class PagedAttentionRunner:
     step and run it for every layer of the step. The
     runner keeps references to the tensors; their values (page ids, lengths) may change
     between runs (each run's kernels read them), their shapes, strides and storage too (a
-    run that sees a change validates again).
+    run that sees a change validates again). ``copy``, ``deepcopy`` and ``pickle`` keep the
+    bound arguments (a deep copy's workspace is a new zeroed one, as for
+    :class:`splitkv.Workspace`) and validate again at their first run.
 
     Raises
     ------
@@ -97,6 +111,9 @@ class PagedAttentionRunner:
         self._options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
                          return_lse, max_q_len, batch_invariant)
         self._layouts = {}
+
+    __getstate__ = _getstate
+    __setstate__ = _setstate
 
     def run(self, q, kv_cache, *, out=None, sinks=None, k_scale=None, v_scale=None):
         """:func:`splitkv.paged_attention` of ``q`` over ``kv_cache`` with the bound
@@ -141,7 +158,7 @@ class RaggedAttentionRunner:
     ``cu_seqlens_kv`` and the options bound: ``run(q, k, v)`` once per layer.
 
     Takes :func:`splitkv.ragged_attention`'s arguments except those :meth:`run` takes (q,
-    k, v, out, sinks, k_scale, v_scale); the bound tensors as in
+    k, v, out, sinks, k_scale, v_scale); the bound tensors, and copies, as in
     :class:`PagedAttentionRunner`.
 
     Raises
@@ -169,6 +186,9 @@ class RaggedAttentionRunner:
         self._options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse,
                          max_q_len, batch_invariant)
         self._layouts = {}
+
+    __getstate__ = _getstate
+    __setstate__ = _setstate
 
     def run(self, q, k, v, *, out=None, sinks=None, k_scale=None, v_scale=None):
         """:func:`splitkv.ragged_attention` of ``q``, ``k``, ``v`` with the bound

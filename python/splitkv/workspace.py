@@ -269,7 +269,9 @@ class Workspace:
     uint8 tensor is tracked the same way). On CUDA, launches on one workspace from
     different streams are serialized on the GPU: each waits (an event, no host sync) for
     the previous launch on that memory. Inside CUDA graph capture this ordering is the
-    caller's: capture one workspace per stream.
+    caller's: capture one workspace per stream. ``copy.copy``, ``copy.deepcopy`` and
+    ``pickle`` (sending a workspace to another process too) make a new zeroed workspace of
+    the same size and device: the bytes are scratch and are not copied.
 
     Parameters
     ----------
@@ -369,6 +371,15 @@ class Workspace:
     def __repr__(self):
         return f"Workspace(nbytes={self.nbytes}, device='{self.device}')"
 
+    def __reduce__(self):
+        """copy.copy, copy.deepcopy and pickle (multiprocessing too) make a new zeroed
+        Workspace of the same size and device: its bytes are scratch, and the counter region
+        a new one must hold is zero. The buffer itself is never pickled: its default copy
+        lands at an address torch aligns to 64 bytes only (refused as misaligned), and
+        torch.multiprocessing would move this workspace's own storage into shared memory
+        (a new, misaligned address for the view ``tensor``: every later call refused)."""
+        return (Workspace, (self.nbytes, str(self.device)))
+
     def _launch_view(self):
         """(tensor, its signature, C++ view, busy key, stream order, address) of
         ``self.tensor``, made again whenever the tensor, its address, shape or strides change
@@ -377,8 +388,11 @@ class Workspace:
         signature, so a changed tensor takes the full path's checks."""
         view = self._view
         buffer = self.tensor
+        # The dtype too: ``tensor.data = tensor.view(torch.int8)`` keeps the object, address,
+        # shape and strides; the full path refuses a workspace that is not uint8.
         if (view is None or view[0] is not buffer or view[5] != buffer.data_ptr()
-                or view[1][1] != buffer.shape or view[1][2] != buffer.stride()):
+                or view[1][1] != buffer.shape or view[1][2] != buffer.stride()
+                or view[1][3] is not buffer.dtype):
             key = busy_key(buffer)
             view = self._view = (buffer, tensor_signature(buffer), c_workspace(self, buffer), key,
                                  stream_order(key, buffer.device), buffer.data_ptr())
@@ -561,6 +575,12 @@ def check_counter_region(workspace):
 # Distinct storages over overlapping memory (two torch.from_numpy of one array) are not
 # detected: keys are storages, not byte ranges (docs/bad_inputs.md, Concurrency).
 _in_use = {}
+# A forked child has only the thread that forked: no call of its own is running, so claims
+# copied from the parent's other threads would refuse that workspace (and its reset) forever.
+# The bytes of a launch cut off by the fork stay: the child's next call on that memory reports
+# them (the C++ in-use word or a dirty counter), and reset() clears them.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_use.clear)
 # CUDA: per storage, the C++ StreamOrder of its launches (an event per stream, recorded after
 # each launch; a launch on another stream first waits for the last one on the GPU), so one
 # workspace's launches never overlap and no host thread syncs. The templates' launch runs

@@ -289,3 +289,32 @@ def test_two_streams_one_thread_run_together():
     _assert_serial_bits(_queue_on_streams(problems, workspaces, 20), serial)
     for workspace in workspaces:
         harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_forked_child_is_not_refused_for_the_parents_calls():
+    """A claim the parent's other thread held when the process forked is not the child's: the
+    child's call on that memory meets the launch's own bytes (the C++ in-use word), which
+    reset() clears. (Before, the copied claim refused every call and reset() in the child.)
+    The launch is simulated by a claim the test takes itself, so the child never waits on a
+    pool the fork cut off."""
+    import os
+    workspace = splitkv.Workspace(16 << 20, "cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    expected = problem.run(workspace)
+    from splitkv import workspace as workspace_module
+    key = workspace_module.busy_key(workspace.tensor)
+    workspace_module.acquire("test", key)
+    try:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                workspace.reset()
+                status = 0 if torch.equal(problem.run(workspace), expected) else 2
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        workspace_module.release(key)
+    assert os.WEXITSTATUS(status) == 0

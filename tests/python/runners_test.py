@@ -292,3 +292,50 @@ def test_paged_runner_under_cuda_graph_replay():
     assert torch.equal(out, problem.run(workspace))
     harness.assert_close(out, problem.reference()[0], torch.bfloat16)
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_runner_copies_run_as_the_original(how):
+    """A runner that has run holds C++ templates: copy, deepcopy and pickle keep its bound
+    arguments and drop those (a deepcopy or pickle raised TypeError on them)."""
+    import copy
+    import pickle
+    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+            "pickle": lambda r: pickle.loads(pickle.dumps(r))}[how]
+    workspace = splitkv.Workspace(16 << 20, "cpu")
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+    runner = _paged_runner(problem, workspace, num_splits=3, return_lse=True)
+    expected = runner.run(problem.q, problem.kv_cache)
+    runner.run(problem.q, problem.kv_cache)
+    made = make(runner)
+    assert made._layouts == {} and len(runner._layouts) == 1
+    for _ in range(2):
+        for a, b in zip(made.run(problem.q, problem.kv_cache), expected):
+            assert torch.equal(a, b)
+    cu = harness.cu_seqlens([3, 5], "cpu")
+    ragged = splitkv.RaggedAttentionRunner(workspace, cu, cu)
+    q = torch.randn(8, 2, 64, dtype=_DTYPE)
+    ran = ragged.run(q, q, q)
+    assert torch.equal(make(ragged).run(q, q, q), ran)
+    harness.assert_counter_region_zero(workspace)
+
+
+class _Subclass(torch.Tensor):
+    """A torch.Tensor subclass whose __torch_function__ (torch's default) keeps its class."""
+
+
+def test_outputs_are_plain_tensors_for_a_subclass_q_on_every_path():
+    """The full path allocates plain tensors; the per-call path allocated with empty_like(q),
+    which returns q's subclass: the type of a result depended on whether its layout was cached."""
+    workspace = harness.shared_workspace("cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    q = problem.q.as_subclass(_Subclass)
+    runner = _paged_runner(problem, workspace, return_lse=True)
+    for _ in range(3):
+        out, lse = splitkv.paged_attention(q, problem.kv_cache, problem.block_tables,
+                                           problem.seq_lens, workspace, return_lse=True)
+        assert type(out) is torch.Tensor and type(lse) is torch.Tensor
+        ran = runner.run(q, problem.kv_cache)
+        assert [type(x) for x in ran] == [torch.Tensor, torch.Tensor]
+        assert torch.equal(ran[0], out)
+    harness.assert_counter_region_zero(workspace)

@@ -514,3 +514,75 @@ def test_bad_thread_count_variable_is_refused(value):
     message = (f"splitkv cpu: SPLITKV_NUM_THREADS invalid: expected an int in [1, 1024] (or "
                f"unset), got '{value}'")
     assert run.stdout.splitlines() == [message, message]
+
+
+def _worker_call(workspace, problem_tensors):
+    """A spawned process's call on the workspace it was sent (module level: picklable)."""
+    q, kv_cache, block_tables, seq_lens = problem_tensors
+    out = splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, workspace, num_splits=3)
+    return out, workspace.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT
+
+
+@pytest.mark.parametrize("used", [False, True])
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_workspace_copies_are_new_zeroed_aligned_workspaces(how, used):
+    """copy, deepcopy and pickle make a new Workspace of the same size and device, aligned and
+    zeroed (a pickled buffer came back 64-byte aligned and was refused as misaligned; a used
+    one did not pickle at all: its cached C++ view)."""
+    import copy
+    import pickle
+    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+            "pickle": lambda w: pickle.loads(pickle.dumps(w))}[how]
+    workspace = splitkv.Workspace(16 << 20, "cpu")
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+    expected = problem.run(workspace, num_splits=3)
+    if not used:
+        workspace = splitkv.Workspace(16 << 20, "cpu")
+    made = make(workspace)
+    assert isinstance(made, splitkv.Workspace) and made is not workspace
+    assert (made.nbytes, made.device) == (workspace.nbytes, workspace.device)
+    assert made.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+    assert made.tensor.untyped_storage().data_ptr() != workspace.tensor.untyped_storage().data_ptr()
+    harness.assert_counter_region_zero(made)
+    assert torch.equal(problem.run(made, num_splits=3), expected)
+    harness.assert_counter_region_zero(made)
+
+
+def test_workspace_sent_to_a_spawned_process():
+    """torch.multiprocessing moved the workspace's storage into shared memory when it pickled
+    it, at a new address the view no longer aligned: the parent's later calls and the child's
+    were refused as misaligned. The child now gets a workspace of its own; the parent's is
+    untouched."""
+    import multiprocessing
+    workspace = splitkv.Workspace(16 << 20, "cpu")
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+    expected = problem.run(workspace, num_splits=3)
+    address = workspace.tensor.data_ptr()
+    tensors = (problem.q, problem.kv_cache, problem.block_tables, problem.seq_lens)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        out, misalignment = pool.apply(_worker_call, (workspace, tensors))
+    assert misalignment == 0
+    assert torch.equal(out, expected)
+    assert workspace.tensor.data_ptr() == address
+    assert torch.equal(problem.run(workspace, num_splits=3), expected)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool])
+def test_workspace_tensor_reinterpreted_in_place_is_refused_on_every_path(dtype):
+    """`workspace.tensor.data = workspace.tensor.view(dtype)` keeps the object, address, shape
+    and strides: the cached view must still see the new dtype, as the full path does."""
+    workspace = splitkv.Workspace(16 << 20, "cpu")
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    runner = splitkv.PagedAttentionRunner(workspace, problem.block_tables, problem.seq_lens)
+    for _ in range(2):
+        problem.run(workspace)
+        runner.run(problem.q, problem.kv_cache)
+    workspace.tensor.data = workspace.tensor.view(dtype)
+    message = rf"^paged_attention: workspace dtype unsupported: expected torch.uint8, got {dtype}$"
+    with pytest.raises(TypeError, match=message):
+        problem.run(workspace)
+    with pytest.raises(TypeError, match=message):
+        runner.run(problem.q, problem.kv_cache)
+    workspace.tensor.data = workspace.tensor.view(torch.uint8)
+    harness.assert_counter_region_zero(workspace)
