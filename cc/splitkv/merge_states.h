@@ -37,7 +37,9 @@ struct MergeStatesParams {
   int64_t total_q = 0;       // >= 0; 0 launches nothing
   int64_t num_qo_heads = 0;  // >= 1
   int64_t head_dim = 0;      // >= 1
-  DType dtype = DType::kBFloat16;  // float32, float16 or bfloat16, on both backends
+  // float32, float16 or bfloat16, on both backends; float16 unless set, as in the attention
+  // params (params.h), so a launch and the merge of its states agree by default.
+  DType dtype = DType::kFloat16;
   Backend backend = Backend::kCpu;
   void* stream = nullptr;  // cudaStream_t for kCuda
 };
