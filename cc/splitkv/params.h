@@ -37,8 +37,10 @@ inline int64_t DTypeBytes(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2
 // e4m3fn bytes (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no infinities,
 // 0x7f/0xff are NaN) whose true value is stored x scale: k_scale for k and v_scale for v,
 // or the per-kv-head arrays when given. q and out are then float16 or bfloat16. Both
-// backends (on CUDA: sm_90 decode tiles at head_dim 128/256 through the bulk decode kernel,
-// everything else through the mma.sync kernel; never the wgmma prefill).
+// backends (on CUDA: sm_90 decode tiles at head_dim 64/128/256 through the sm_90 decode
+// kernel; sm_90 prefill tiles the wgmma prefill would serve over 16-bit K/V through a 16-bit
+// copy in the workspace when it has room (StagedKvLayout); everything else through the
+// mma.sync kernel). See the README's fp8 paragraph.
 // Without fp8_e4m3 the scales must stay at their defaults (1, null).
 struct KvStorage {
   bool fp8_e4m3 = false;

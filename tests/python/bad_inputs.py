@@ -6,8 +6,9 @@ ROWS below (exact messages); bad_inputs_test.py tests the rows below the same wa
 errors_test.py tests its own: the call is refused with its error type and message, the
 counter region is still zero, and the next valid call on the same workspace is right.
 
-    python3 tests/python/bad_inputs.py           # rewrites the table in docs/bad_inputs.md
-    python3 tests/python/bad_inputs.py --check   # exits 1 if the table is stale
+    .venv/bin/python tests/python/bad_inputs.py          # rewrites the table in docs/bad_inputs.md
+    .venv/bin/python tests/python/bad_inputs.py --check  # exits 1 if the table is stale
+    (after ./tools/bazel build //python/splitkv: the extension is loaded from bazel-bin)
 
 The table shows each message as the CPU backend raises it (run here, not copied), except
 for rows only CUDA can raise, which show the row's expected message.
