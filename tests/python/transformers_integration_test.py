@@ -218,6 +218,87 @@ def test_requests_join_and_leave_mid_run(name, monkeypatch):
     splitkv_hf.workspace_for("cpu").check_counter_region()
 
 
+def _generate_in_thread(model, prompts, results, key):
+    try:
+        results[key] = _generate(model, SPLITKV, prompts, 8,
+                                 ContinuousBatchingConfig(block_size=16, num_blocks=32,
+                                                          max_batch_tokens=64))[0]
+    except BaseException as error:  # reported by the test, not lost in the thread
+        results[key] = error
+
+
+@pytest.mark.parametrize("same_model", [True, False], ids=["one_model", "two_models"])
+def test_two_managers_generating_at_once_share_the_workspace(same_model):
+    # Found by a probe: the second manager's every request failed with splitkv's
+    # "workspace in use" (one Workspace per device, each manager its own thread).
+    config = models.llama_gqa_config()
+    model_a = models.build(config, seed=0)
+    model_b = model_a if same_model else models.build(config, seed=1)
+    prompts = models.random_prompts([5, 17, 40, 3, 33, 21, 9, 50], config.vocab_size, seed=6)
+    cb_config = ContinuousBatchingConfig(block_size=16, num_blocks=32, max_batch_tokens=64)
+    want_a = _generate(model_a, "paged|sdpa", prompts, 8, cb_config)[0]
+    want_b = _generate(model_b, "paged|sdpa", prompts, 8, cb_config)[0]
+    model_a.set_attn_implementation(SPLITKV)
+    model_b.set_attn_implementation(SPLITKV)
+    results = {}
+    threads = [threading.Thread(target=_generate_in_thread, args=(model, prompts, results, key))
+               for key, model in (("a", model_a), ("b", model_b))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {"a": want_a, "b": want_b}
+    splitkv_hf.workspace_for("cpu").check_counter_region()
+
+
+def test_a_window_the_cache_does_not_keep_is_refused():
+    # Found by a probe: a Llama config carrying sliding_window (LlamaAttention has none)
+    # makes transformers' paged cache keep a rolling window; the adapter read that buffer
+    # as a full layer's pages, and decode steps were silently wrong.
+    from transformers import LlamaConfig
+    config = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=32, sliding_window=8)
+    model = models.build(config)
+    prompts = models.random_prompts([20, 5], config.vocab_size)
+    model.set_attn_implementation(SPLITKV)
+    outputs = model.generate_batch(prompts, generation_config=_generation_config(4),
+                                   continuous_batching_config=ContinuousBatchingConfig(
+                                       block_size=16, num_blocks=16, max_batch_tokens=64),
+                                   progress_bar=False)
+    assert len(outputs) == 2
+    for output in outputs.values():
+        assert output.error == _PREFIX + (
+            "layer 0 window wider than the paged cache's: expected at most the sliding_window of "
+            "8 that transformers' paged cache keeps for this layer (config.sliding_window / "
+            "config.layer_types); a config that sets sliding_window for a model whose attention "
+            "has none makes the cache drop keys the layer reads: set config.sliding_window = None, "
+            "got no window")
+
+
+def test_windowed_layers_over_a_full_cache_group_match_a_plain_forward():
+    # A Mistral config with layer_types all full: transformers' cache keeps every key, and
+    # MistralAttention still passes config.sliding_window. The adapter windows the pages
+    # (window_left), as a plain forward of the model does.
+    from transformers import MistralConfig, MistralForCausalLM
+    config = MistralConfig(vocab_size=256, hidden_size=128, intermediate_size=256,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           head_dim=32, sliding_window=8,
+                           layer_types=["full_attention", "full_attention"])
+    torch.manual_seed(0)
+    model = MistralForCausalLM(config).eval()
+    prompts = models.random_prompts([5, 17, 40, 3, 30], config.vocab_size)
+    model.set_attn_implementation("eager")
+    want = {}
+    for i, prompt in enumerate(prompts):
+        tokens = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False,
+                                eos_token_id=-1, pad_token_id=0)
+        want[f"req_{i}"] = tokens[0, len(prompt):].tolist()
+    got, _ = _generate(model, SPLITKV, prompts, 6,
+                       ContinuousBatchingConfig(block_size=16, num_blocks=32, max_batch_tokens=64))
+    assert got == want
+
+
 def test_forward_outside_continuous_batching_is_refused():
     model = models.build(models.llama_gqa_config())
     model.set_attn_implementation(SPLITKV)

@@ -28,7 +28,15 @@ continuous-batching loop (``generate_batch``, ``ContinuousBatchingManager``) the
   splitkv's ``sinks`` to each of those calls, the semantics of transformers' own
   ``paged|eager`` (its ``paged|sdpa`` drops them, so compare gpt-oss with ``paged|eager``).
 
-One :class:`splitkv.Workspace` per device serves every layer (:func:`workspace_for`). The
+Which keys a layer has is the paged cache's call (``config.layer_types``, else every layer
+sliding when ``config.sliding_window`` is set): a layer whose own window is wider than the
+one the cache keeps for it (a config carrying a ``sliding_window`` its attention does not
+use, say) is refused; a windowed layer over a full-attention cache group reads its pages
+with ``window_left``.
+
+One :class:`splitkv.Workspace` per device serves every layer (:func:`workspace_for`);
+managers generating at once on one device (two threads, two models) take turns on it
+through a per-device lock around each splitkv call. The
 adapter reads no device tensor on the host (lengths come from transformers' host-side
 ``max_seqlen_q``/``max_seqlen_k``), so a full-attention layer never waits for the GPU; a
 sliding-window layer's gather is transformers' own ``cache.update``.
@@ -77,6 +85,12 @@ DEFAULT_WORKSPACE_BYTES = 64 << 20
 _workspace_bytes = DEFAULT_WORKSPACE_BYTES
 _workspaces = {}
 _workspaces_lock = threading.Lock()
+# Per device: held around each splitkv call on that device's workspace, so that two
+# managers generating at once (each runs its own thread) take turns on it instead of the
+# second one failing every request with splitkv's "workspace in use". Held while the call
+# runs on the CPU, while it is enqueued on CUDA (splitkv orders launches from other streams
+# on the same memory itself); no device sync.
+_workspace_locks = {}
 # Per layer group: the block tables of the batch whose read_index / cu_seq_lens_k tensors
 # are still alive (the same objects reach every layer of one forward; the next batch's
 # are new objects).
@@ -129,9 +143,16 @@ def workspace_for(device):
     """The splitkv Workspace that serves ``device`` (made, zeroed, on first use).
 
     One per device for the whole process: transformers runs one generation thread per
-    manager. Two managers generating at once on one device would share it, and splitkv
-    refuses the second concurrent call (ValueError "workspace in use").
+    manager, and managers generating at once on one device (two threads' generate_batch,
+    or two models) take turns on it: the adapter holds a per-device lock around each of its
+    splitkv calls. A caller running splitkv on this workspace itself must not do so while
+    a manager generates (splitkv refuses the second concurrent call, ValueError
+    "workspace in use").
     """
+    return _workspace_and_lock(device)[0]
+
+
+def _workspace_and_lock(device):
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
@@ -140,7 +161,8 @@ def workspace_for(device):
         if workspace is None:
             workspace = splitkv.Workspace(_workspace_bytes, device)
             _workspaces[device] = workspace
-        return workspace
+            _workspace_locks[device] = threading.Lock()
+        return workspace, _workspace_locks[device]
 
 
 def _refuse(what, expected, got, error=ValueError):
@@ -189,6 +211,31 @@ def _layer_window(module, kwargs):
                 "sees itself and the sliding_window - 1 before it; transformers' paged cache "
                 "reads 1 as no window)", repr(window))
     return "sliding_attention", value - 1
+
+
+def _cache_layer_type(cache, layer_idx, layer_type, window_left):
+    """The layer type of transformers' paged cache for this layer ("sliding_attention" when
+    it keeps a rolling window, read through cache.update; "full_attention" when its keys
+    are in logical order, read as pages), which also names the layer's cu_seq_lens_k.
+
+    The cache takes it from the config (config.layer_types, else every layer sliding when
+    config.sliding_window is set), the attention layer's window from the module: a layer
+    without a window (or with a wider one) over a cache that keeps a window lacks keys, and
+    is refused; a windowed layer over a full cache reads its pages with window_left.
+    """
+    cache_window = getattr(cache, "sliding_windows", {}).get(layer_idx)
+    if cache_window is None:  # not transformers' PagedAttentionCache: the module decides
+        return layer_type
+    if cache_window == 1:  # transformers' "no window"
+        return "full_attention"
+    if window_left < 0 or window_left > cache_window - 1:
+        _refuse(f"layer {layer_idx} window wider than the paged cache's",
+                f"at most the sliding_window of {cache_window} that transformers' paged cache keeps "
+                "for this layer (config.sliding_window / config.layer_types); a config that sets "
+                "sliding_window for a model whose attention has none makes the cache drop keys "
+                "the layer reads: set config.sliding_window = None",
+                "no window" if window_left < 0 else f"sliding_window {window_left + 1}")
+    return "sliding_attention"
 
 
 def _block_tables(cache, group, read_index, cu_seqlens_kv, max_seqlen_kv):
@@ -267,8 +314,10 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         fast-path block table, a padded batch (CUDA graphs), query / key / value not
         ``[1, heads, total_q, head_dim]`` (key and value of one shape, query's total_q and
         head_dim, num_qo_heads a multiple of num_kv_heads), a sliding_window that is not None, 0 or an int
-        >= 2 (transformers' paged cache reads 1 as no window), or any of splitkv's own
-        refusals (dtype, head_dim, ...).
+        >= 2 (transformers' paged cache reads 1 as no window), a layer whose window is
+        wider than the one the paged cache keeps for it (no window over a sliding cache
+        group: a config's stray ``sliding_window``), or any of splitkv's own refusals
+        (dtype, head_dim, ...).
     """
     cache = kwargs.get("cache")
     if cache is None:
@@ -286,6 +335,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
                     f"({', '.join(_REQUIRED_KWARGS)})", "a call without it")
     sinks = _sinks(module, kwargs)
     layer_type, window_left = _layer_window(module, kwargs)
+    layer_type = _cache_layer_type(cache, module.layer_idx, layer_type, window_left)
     cu_seqlens_q = kwargs["cu_seq_lens_q"]
     cu_seqlens_kv, max_seqlen_kv = kwargs["cu_seq_lens_k"], kwargs["max_seqlen_k"]
     if isinstance(cu_seqlens_kv, dict):
@@ -323,7 +373,7 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
     if write_index.numel() != k.shape[0]:
         _refuse("write_index size mismatch", f"{k.shape[0]} (one slot per new token; padded "
                 "batches for CUDA graphs are not supported)", write_index.numel())
-    workspace = workspace_for(q.device)
+    workspace, lock = _workspace_and_lock(q.device)
     options = dict(sm_scale=scaling, causal=True, window_left=window_left,
                    logits_soft_cap=float(soft_cap), max_q_len=max_q_len, sinks=sinks)
 
@@ -332,7 +382,8 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
         k_cache.index_copy_(0, write_index, k)
         v_cache.index_copy_(0, write_index, v)
-        out = splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, **options)
+        with lock:
+            out = splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, **options)
     elif layer_type == "full_attention":
         k_cache, v_cache = cache.key_cache[layer_in_group], cache.value_cache[layer_in_group]
         k_cache.index_copy_(0, write_index, k)
@@ -340,14 +391,16 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         block_tables, seq_lens = _block_tables(cache, group, read_index, cu_seqlens_kv,
                                                max_seqlen_kv)
         pages = (-1, cache.block_size, cache.num_key_value_heads, cache.head_dim)
-        out = splitkv.paged_attention(q, (k_cache.view(pages), v_cache.view(pages)), block_tables,
-                                      seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
-                                      kv_layout="NHD", **options)
+        with lock:
+            out = splitkv.paged_attention(q, (k_cache.view(pages), v_cache.view(pages)),
+                                          block_tables, seq_lens, workspace,
+                                          cu_seqlens_q=cu_seqlens_q, kv_layout="NHD", **options)
     else:
         # The rolling buffer of a sliding layer is not in logical order: transformers
         # gathers each request's window (and writes the new keys) in cache.update.
         k_window, v_window = cache.update(key, value, module.layer_idx, read_index=kwargs["read_index"],
                                           write_index=kwargs["write_index"])
-        out = splitkv.ragged_attention(q, k_window, v_window, cu_seqlens_q, cu_seqlens_kv,
-                                       workspace, **options)
+        with lock:
+            out = splitkv.ragged_attention(q, k_window, v_window, cu_seqlens_q, cu_seqlens_kv,
+                                           workspace, **options)
     return out.unsqueeze(0), None
