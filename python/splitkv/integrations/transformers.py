@@ -91,10 +91,11 @@ _workspaces_lock = threading.Lock()
 # runs on the CPU, while it is enqueued on CUDA (splitkv orders launches from other streams
 # on the same memory itself); no device sync.
 _workspace_locks = {}
-# Per layer group: the block tables of the batch whose read_index / cu_seq_lens_k tensors
-# are still alive (the same objects reach every layer of one forward; the next batch's
-# are new objects).
-_block_tables_memo = {}
+# Per paged cache (one a manager), per layer group: the block tables of the batch whose
+# read_index / cu_seq_lens_k tensors are still alive (the same objects reach every layer of
+# one forward; the next batch's are new objects). Keyed by cache, so two managers generating
+# at once do not evict each other's tables every layer; a cache's entries go with it.
+_block_tables_memo = weakref.WeakKeyDictionary()
 
 
 def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
@@ -248,7 +249,11 @@ def _block_tables(cache, group, read_index, cu_seqlens_kv, max_seqlen_kv):
     read_index[cu_seqlens_kv[b] + p * block_size] // block_size. Entries past a request's
     last page point at some other valid page (clamped): paged_attention never reads them.
     """
-    memo = _block_tables_memo.get(group)
+    try:
+        memos = _block_tables_memo.setdefault(cache, {})
+    except TypeError:  # a cache object that takes no weak reference: no memo
+        memos = {}
+    memo = memos.get(group)
     if memo is not None and memo[0]() is read_index and memo[1]() is cu_seqlens_kv:
         return memo[2], memo[3]
     block_size = cache.block_size
@@ -258,8 +263,7 @@ def _block_tables(cache, group, read_index, cu_seqlens_kv, max_seqlen_kv):
     slots = (starts[:, None] + offsets[None, :]).clamp_(max=read_index.numel() - 1)
     block_tables = torch.div(read_index[slots], block_size, rounding_mode="floor").to(torch.int32)
     seq_lens = (cu_seqlens_kv[1:] - cu_seqlens_kv[:-1]).to(torch.int32)
-    _block_tables_memo[group] = (weakref.ref(read_index), weakref.ref(cu_seqlens_kv),
-                                 block_tables, seq_lens)
+    memos[group] = (weakref.ref(read_index), weakref.ref(cu_seqlens_kv), block_tables, seq_lens)
     return block_tables, seq_lens
 
 
