@@ -41,6 +41,12 @@ ThreadPool* global_pool = nullptr;
 
 }  // namespace
 
+// The fork handlers are registered when this library is loaded, never under global_mutex: a
+// fork() by another thread while Global() held global_mutex to register them (at the first
+// call) left the child that mutex locked by a thread it does not have (its first call hung).
+// pthread_atfork's error, if any, is reported by Global() (nothing can throw here).
+const int ThreadPool::fork_handlers_ = pthread_atfork(PrepareFork, AfterForkInParent, AfterForkInChild);
+
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads < 1 ? 1 : num_threads) {
   try {
     for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -66,9 +72,8 @@ void ThreadPool::Stop() {
 ThreadPool& ThreadPool::Global() {
   std::lock_guard<std::mutex> lock(global_mutex);
   if (global_pool == nullptr) {
-    static const int registered = pthread_atfork(PrepareFork, AfterForkInParent, AfterForkInChild);
-    if (registered != 0) {
-      throw std::system_error(registered, std::generic_category(), "splitkv cpu: pthread_atfork");
+    if (fork_handlers_ != 0) {
+      throw std::system_error(fork_handlers_, std::generic_category(), "splitkv cpu: pthread_atfork");
     }
     // A throw leaves the pool unmade: the next call reads the variable again.
     global_pool = new ThreadPool(PoolThreads());

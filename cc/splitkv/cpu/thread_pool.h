@@ -40,6 +40,7 @@ class ThreadPool {
   static void PrepareFork();
   static void AfterForkInParent();
   static void AfterForkInChild();
+  static const int fork_handlers_;  // pthread_atfork's result, at load time (thread_pool.cc)
 
   const int num_threads_;
   std::vector<std::thread> workers_;
