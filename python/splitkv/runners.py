@@ -43,16 +43,61 @@ def _still_valid(entry, workspace, present):
     return layout, view
 
 
+# The workspace's place in both runners' _fixed.
+_WORKSPACE = 2
+
+
+class _NewBuffer:
+    """A runner's workspace given as a user's uint8 tensor, in a deepcopy or pickle: made
+    again as a new zeroed buffer of its size and device, aligned as splitkv.Workspace aligns
+    its own. Copied as a tensor, it landed where torch's allocator put it (64-byte aligned: the
+    copy's first run was refused as misaligned, more often than not), and torch.multiprocessing
+    moved the original's storage into shared memory (the sending runner refused from then on)."""
+
+    __slots__ = ("nbytes", "device")
+
+    def __init__(self, nbytes, device):
+        self.nbytes, self.device = nbytes, device
+
+    def __reduce__(self):
+        return (_NewBuffer, (self.nbytes, self.device))
+
+    def make(self):
+        from splitkv.workspace import Workspace
+        return Workspace(self.nbytes, self.device).tensor
+
+
 def _getstate(runner):
-    """A runner's state for copy, deepcopy and pickle: its bound arguments, not its cached
-    layouts (C++ templates, which cannot be pickled; a copy validates again at its first run).
-    The workspace goes as a Workspace does (a new zeroed one; a user's uint8 tensor as a tensor)."""
-    return runner._fixed, runner._present, runner._options
+    """A runner's state for deepcopy and pickle: its bound arguments, not its cached layouts
+    (C++ templates, which cannot be pickled; a copy validates again at its first run). The
+    workspace goes as a Workspace does: a new zeroed one, a user's uint8 tensor as a new zeroed
+    aligned one (_NewBuffer; a tensor that is no workspace stays, for the run to refuse)."""
+    fixed = runner._fixed
+    workspace = fixed[_WORKSPACE]
+    if (isinstance(workspace, torch.Tensor) and workspace.dtype is torch.uint8
+            and workspace.dim() == 1 and workspace.is_contiguous()
+            and workspace.device.type in ("cpu", "cuda")):
+        from splitkv.workspace import COUNTER_REGION_BYTES
+        if workspace.numel() >= COUNTER_REGION_BYTES:
+            fixed = (fixed[:_WORKSPACE] + (_NewBuffer(workspace.numel(), str(workspace.device)),)
+                     + fixed[_WORKSPACE + 1:])
+    return fixed, runner._present, runner._options
 
 
 def _setstate(runner, state):
-    runner._fixed, runner._present, runner._options = state
+    fixed, runner._present, runner._options = state
+    if isinstance(fixed[_WORKSPACE], _NewBuffer):
+        fixed = fixed[:_WORKSPACE] + (fixed[_WORKSPACE].make(),) + fixed[_WORKSPACE + 1:]
+    runner._fixed = fixed
     runner._layouts = {}
+
+
+def _copy(runner):
+    """copy.copy: the same bound arguments (the same workspace too), no cached layouts."""
+    made = runner.__class__.__new__(runner.__class__)
+    made._fixed, made._present, made._options = runner._fixed, runner._present, runner._options
+    made._layouts = {}
+    return made
 
 
 def _keep(layouts, key, layout, present, workspace):
@@ -114,6 +159,7 @@ class PagedAttentionRunner:
 
     __getstate__ = _getstate
     __setstate__ = _setstate
+    __copy__ = _copy
 
     def run(self, q, kv_cache, *, out=None, sinks=None, k_scale=None, v_scale=None):
         """:func:`splitkv.paged_attention` of ``q`` over ``kv_cache`` with the bound
@@ -189,6 +235,7 @@ class RaggedAttentionRunner:
 
     __getstate__ = _getstate
     __setstate__ = _setstate
+    __copy__ = _copy
 
     def run(self, q, k, v, *, out=None, sinks=None, k_scale=None, v_scale=None):
         """:func:`splitkv.ragged_attention` of ``q``, ``k``, ``v`` with the bound

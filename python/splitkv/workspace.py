@@ -378,7 +378,9 @@ class Workspace:
         lands at an address torch aligns to 64 bytes only (refused as misaligned), and
         torch.multiprocessing would move this workspace's own storage into shared memory
         (a new, misaligned address for the view ``tensor``: every later call refused)."""
-        return (Workspace, (self.nbytes, str(self.device)))
+        # A subclass stays one, with its own attributes (all but the buffer's).
+        state = {k: v for k, v in vars(self).items() if k not in _BUFFER_ATTRIBUTES}
+        return (_new_workspace, (type(self), self.nbytes, str(self.device)), state or None)
 
     def _launch_view(self):
         """(tensor, its signature, C++ view, busy key, stream order, address) of
@@ -402,6 +404,17 @@ class Workspace:
     def nbytes(self):
         """The size of ``tensor`` in bytes (it follows a ``resize_`` of the tensor)."""
         return self.tensor.numel()
+
+
+_BUFFER_ATTRIBUTES = ("_raw", "tensor", "device", "_status_host", "_view")
+
+
+def _new_workspace(cls, nbytes, device):
+    """Workspace.__reduce__'s constructor: a new zeroed workspace of class ``cls`` (a subclass
+    may take other arguments: Workspace's own __init__ makes the buffer)."""
+    workspace = cls.__new__(cls)
+    Workspace.__init__(workspace, nbytes, device)
+    return workspace
 
 
 def _new_status_mirror(device):

@@ -339,3 +339,32 @@ def test_outputs_are_plain_tensors_for_a_subclass_q_on_every_path():
         assert [type(x) for x in ran] == [torch.Tensor, torch.Tensor]
         assert torch.equal(ran[0], out)
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "send"])
+def test_runner_over_a_user_buffer_copies_and_sends(how):
+    """A runner over a user's aligned uint8 buffer: a deepcopy or pickle copied the buffer as
+    a tensor (64-byte aligned by torch: its first run refused as misaligned, more often than
+    not), and torch.multiprocessing's pickler moved the original's storage into shared memory
+    (the sender's runner refused from then on). A copy now gets a new zeroed aligned buffer;
+    copy.copy still shares the original's."""
+    import copy
+    import multiprocessing.reduction
+    import pickle
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
+    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r)),
+            "send": lambda r: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(r))}[how]
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+    for _ in range(8):
+        raw = torch.zeros((16 << 20) + splitkv.WORKSPACE_ALIGNMENT, dtype=torch.uint8)
+        skip = -raw.data_ptr() % splitkv.WORKSPACE_ALIGNMENT
+        buffer = raw[skip:skip + (16 << 20)]
+        runner = _paged_runner(problem, buffer, num_splits=3)
+        expected = runner.run(problem.q, problem.kv_cache)
+        made = make(runner)
+        assert made._fixed[2].data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+        assert made._fixed[2].numel() == buffer.numel()
+        assert torch.equal(made.run(problem.q, problem.kv_cache), expected)
+        assert buffer.data_ptr() == raw.data_ptr() + skip
+        assert torch.equal(runner.run(problem.q, problem.kv_cache), expected)
+        assert copy.copy(runner)._fixed[2] is buffer

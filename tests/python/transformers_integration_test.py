@@ -693,3 +693,28 @@ def test_attention_layers_never_sync_with_the_host_on_gpu(monkeypatch):
     prompts = _prompts(config.vocab_size)
     tokens, _ = _generate(model, SPLITKV, prompts, 8, ContinuousBatchingConfig(**_CB_CONFIG))
     assert len(tokens) == len(prompts) and len(calls) > 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_gets_the_adapters_locks_free():
+    """A generation thread inside a splitkv call (holding its device's lock) when the process
+    forks: the child has no such thread, and its first attention call on that device waited
+    forever for the lock (splitkv drops that thread's in-use claims in the child)."""
+    _, lock = splitkv_hf._workspace_and_lock("cpu")
+    inside, leave = threading.Event(), threading.Event()
+
+    def generation_thread():
+        with lock:
+            inside.set()
+            leave.wait()
+
+    thread = threading.Thread(target=generation_thread)
+    thread.start()
+    inside.wait()
+    pid = os.fork()
+    if pid == 0:
+        free = splitkv_hf._workspace_and_lock("cpu")[1].acquire(timeout=5)
+        os._exit(0 if free else 1)
+    leave.set()
+    thread.join()
+    assert os.waitpid(pid, 0)[1] == 0

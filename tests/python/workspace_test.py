@@ -586,3 +586,27 @@ def test_workspace_tensor_reinterpreted_in_place_is_refused_on_every_path(dtype)
         runner.run(problem.q, problem.kv_cache)
     workspace.tensor.data = workspace.tensor.view(torch.uint8)
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_workspace_subclass_copies_keep_class_and_attributes(how):
+    """__reduce__ named Workspace itself: a subclass's copy was a plain Workspace without the
+    subclass's attributes."""
+    import copy
+    import pickle
+    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+            "pickle": lambda w: pickle.loads(pickle.dumps(w))}[how]
+    workspace = _TaggedWorkspace(8 << 20, "cpu", tag="pool-a")
+    made = make(workspace)
+    assert type(made) is _TaggedWorkspace and made.tag == "pool-a"
+    assert made.tensor.data_ptr() != workspace.tensor.data_ptr()
+    assert made.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+    harness.assert_counter_region_zero(made)
+
+
+class _TaggedWorkspace(splitkv.Workspace):
+    """A subclass with another constructor and an attribute of its own (module level: pickled)."""
+
+    def __init__(self, nbytes, device, tag):
+        super().__init__(nbytes, device)
+        self.tag = tag

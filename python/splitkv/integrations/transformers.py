@@ -53,6 +53,7 @@ implementation but its own ('paged|eager', 'sdpa', flash); :func:`register` refu
 
 import math
 import operator
+import os
 import threading
 import weakref
 
@@ -91,6 +92,21 @@ _workspaces_lock = threading.Lock()
 # runs on the CPU, while it is enqueued on CUDA (splitkv orders launches from other streams
 # on the same memory itself); no device sync.
 _workspace_locks = {}
+
+
+def _new_locks_in_child():
+    """A forked child has only the thread that forked: a lock another thread held then (a
+    manager's generation thread inside a splitkv call) would stay held there forever, and the
+    child's first attention call would hang. splitkv drops that thread's in-use claims in the
+    child (splitkv.workspace); these locks go with them."""
+    global _workspaces_lock
+    _workspaces_lock = threading.Lock()
+    for device in _workspace_locks:
+        _workspace_locks[device] = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 # Per paged cache (one a manager), per layer group: the block tables of the batch whose
 # read_index / cu_seq_lens_k tensors are still alive (the same objects reach every layer of
 # one forward; the next batch's are new objects). Keyed by cache, so two managers generating
