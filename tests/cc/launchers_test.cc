@@ -94,7 +94,7 @@ int64_t CheckProblem(Problem& problem, int32_t num_splits, const std::string& la
   return plan.num_splits;
 }
 
-#if defined(__SANITIZE_THREAD__)
+#if SPLITKV_TEST_TSAN
 // TSAN looks for races, which do not depend on the dtype; one keeps the run short.
 const DType kDtypes[] = {DType::kBFloat16};
 #else

@@ -15,6 +15,29 @@
 #include <typeinfo>
 #include <vector>
 
+// The sanitizer a test binary runs under (GCC's __SANITIZE_*__, Clang's __has_feature), for
+// tests that must skip or shorten what a sanitizer cannot run: 1 or 0.
+#if defined(__SANITIZE_THREAD__)
+#define SPLITKV_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SPLITKV_TEST_TSAN 1
+#endif
+#endif
+#ifndef SPLITKV_TEST_TSAN
+#define SPLITKV_TEST_TSAN 0
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define SPLITKV_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPLITKV_TEST_ASAN 1
+#endif
+#endif
+#ifndef SPLITKV_TEST_ASAN
+#define SPLITKV_TEST_ASAN 0
+#endif
+
 namespace splitkv_test {
 
 struct Tally {

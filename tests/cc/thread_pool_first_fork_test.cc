@@ -13,11 +13,7 @@
 #include "cc/splitkv/cpu/thread_pool.h"
 #include "tests/cc/test_check.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SPLITKV_SANITIZED 1
-#endif
-
-#if defined(__GLIBC__) && !defined(SPLITKV_SANITIZED)
+#if defined(__GLIBC__) && !SPLITKV_TEST_ASAN && !SPLITKV_TEST_TSAN
 #include <dlfcn.h>
 // pthread_atfork (libc_nonshared) calls this: widen the registration so that the fork below
 // lands inside it whenever the registration runs at the first call (deterministic). Not
@@ -34,15 +30,7 @@ namespace {
 
 using splitkv::cpu::ThreadPool;
 
-#if defined(__SANITIZE_THREAD__)
-#define SPLITKV_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SPLITKV_TSAN 1
-#endif
-#endif
-
-#ifndef SPLITKV_TSAN
+#if !SPLITKV_TEST_TSAN
 TEST(ForkDuringTheFirstCallLeavesTheChildAWorkingPool) {
   std::thread first([] { ThreadPool::Global(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -94,15 +94,7 @@ TEST(GlobalPoolSizeComesFromTheEnvironment) {
   EXPECT_TRUE(&ThreadPool::Global() == &ThreadPool::Global());
 }
 
-#if defined(__SANITIZE_THREAD__)
-#define SPLITKV_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SPLITKV_TSAN 1
-#endif
-#endif
-
-#ifndef SPLITKV_TSAN  // TSAN ends a child of a multi-threaded process that starts threads
+#if !SPLITKV_TEST_TSAN  // TSAN ends a child of a multi-threaded process that starts threads
 TEST(ForkDuringACallLeavesTheChildAWorkingPool) {
   // Another thread's call is inside the global pool when this thread forks. The child has
   // neither that thread nor the pool's workers: before, its first call waited forever on the
