@@ -95,8 +95,7 @@ def _setstate(runner, state):
 def _copy(runner):
     """copy.copy: the same bound arguments (the same workspace too), no cached layouts."""
     made = runner.__class__.__new__(runner.__class__)
-    made._fixed, made._present, made._options = runner._fixed, runner._present, runner._options
-    made._layouts = {}
+    _setstate(made, (runner._fixed, runner._present, runner._options))
     return made
 
 

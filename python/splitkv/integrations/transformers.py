@@ -84,14 +84,13 @@ ATTN_IMPLEMENTATION = "paged|splitkv"
 DEFAULT_WORKSPACE_BYTES = 64 << 20
 
 _workspace_bytes = DEFAULT_WORKSPACE_BYTES
+# Per device: its Workspace and the lock held around each splitkv call on it, so that two
+# managers generating at once (each runs its own thread) take turns on it instead of the
+# second one failing every request with splitkv's "workspace in use". The lock is held while
+# the call runs on the CPU, while it is enqueued on CUDA (splitkv orders launches from other
+# streams on the same memory itself); no device sync.
 _workspaces = {}
 _workspaces_lock = threading.Lock()
-# Per device: held around each splitkv call on that device's workspace, so that two
-# managers generating at once (each runs its own thread) take turns on it instead of the
-# second one failing every request with splitkv's "workspace in use". Held while the call
-# runs on the CPU, while it is enqueued on CUDA (splitkv orders launches from other streams
-# on the same memory itself); no device sync.
-_workspace_locks = {}
 
 
 def _new_locks_in_child():
@@ -101,8 +100,8 @@ def _new_locks_in_child():
     child (splitkv.workspace); these locks go with them."""
     global _workspaces_lock
     _workspaces_lock = threading.Lock()
-    for device in _workspace_locks:
-        _workspace_locks[device] = threading.Lock()
+    for device, (workspace, _) in list(_workspaces.items()):
+        _workspaces[device] = workspace, threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -174,12 +173,11 @@ def _workspace_and_lock(device):
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     with _workspaces_lock:
-        workspace = _workspaces.get(device)
-        if workspace is None:
-            workspace = splitkv.Workspace(_workspace_bytes, device)
-            _workspaces[device] = workspace
-            _workspace_locks[device] = threading.Lock()
-        return workspace, _workspace_locks[device]
+        entry = _workspaces.get(device)
+        if entry is None:
+            entry = (splitkv.Workspace(_workspace_bytes, device), threading.Lock())
+            _workspaces[device] = entry
+        return entry
 
 
 def _refuse(what, expected, got, error=ValueError):
