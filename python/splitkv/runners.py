@@ -15,6 +15,7 @@ region). Runs give bitwise the results of the one-shot functions with the same a
 import torch
 
 from splitkv import _calls
+from splitkv import _checks
 from splitkv import ops
 
 # Layouts one runner remembers (q shapes x caches x out kinds): a runner lives for a step.
@@ -49,38 +50,49 @@ _WORKSPACE = 2
 
 class _NewBuffer:
     """A runner's workspace given as a user's uint8 tensor, in a deepcopy or pickle: made
-    again as a new zeroed buffer of its size and device, aligned as splitkv.Workspace aligns
+    again as a new zeroed buffer of its shape and device, aligned as splitkv.Workspace aligns
     its own. Copied as a tensor, it landed where torch's allocator put it (64-byte aligned: the
     copy's first run was refused as misaligned, more often than not), and torch.multiprocessing
-    moved the original's storage into shared memory (the sending runner refused from then on)."""
+    moved the original's storage into shared memory (the sending runner refused from then on).
+    The device goes as an empty tensor (workspace.device_token), so that torch.load's
+    map_location moves it with the runner's other tensors."""
 
-    __slots__ = ("nbytes", "device")
+    __slots__ = ("nbytes", "device", "shape")
 
-    def __init__(self, nbytes, device):
-        self.nbytes, self.device = nbytes, device
+    def __init__(self, nbytes, device, shape=None):
+        # shape None: a pickle made before shapes were kept (a 1-D buffer).
+        self.nbytes, self.device, self.shape = nbytes, device, shape
 
     def __reduce__(self):
-        return (_NewBuffer, (self.nbytes, self.device))
+        from splitkv.workspace import device_token
+        return (_NewBuffer, (self.nbytes, device_token(self.device), self.shape))
 
     def make(self):
-        from splitkv.workspace import Workspace
-        return Workspace(self.nbytes, self.device).tensor
+        from splitkv.workspace import Workspace, token_device
+        buffer = Workspace(self.nbytes, token_device(self.device)).tensor
+        return buffer if self.shape is None else buffer.view(self.shape)
 
 
 def _getstate(runner):
     """A runner's state for deepcopy and pickle: its bound arguments, not its cached layouts
     (C++ templates, which cannot be pickled; a copy validates again at its first run). The
-    workspace goes as a Workspace does: a new zeroed one, a user's uint8 tensor as a new zeroed
-    aligned one (_NewBuffer; a tensor that is no workspace stays, for the run to refuse)."""
+    workspace goes as a Workspace does: a new zeroed one; a user's tensor that the calls take
+    as a workspace (_checks.workspace_tensor: uint8 and contiguous, of any rank) as a new zeroed
+    aligned one of the same shape and device (_NewBuffer). A tensor that is no workspace (too
+    small, another dtype, not contiguous, a device splitkv does not run on) stays, for the run
+    to refuse with its message."""
     fixed = runner._fixed
     workspace = fixed[_WORKSPACE]
-    if (isinstance(workspace, torch.Tensor) and workspace.dtype is torch.uint8
-            and workspace.dim() == 1 and workspace.is_contiguous()
-            and workspace.device.type in ("cpu", "cuda")):
+    if isinstance(workspace, torch.Tensor) and workspace.device.type in _checks.BACKENDS:
         from splitkv.workspace import COUNTER_REGION_BYTES
-        if workspace.numel() >= COUNTER_REGION_BYTES:
-            fixed = (fixed[:_WORKSPACE] + (_NewBuffer(workspace.numel(), str(workspace.device)),)
-                     + fixed[_WORKSPACE + 1:])
+        try:
+            _checks.workspace_tensor("copy", workspace)  # the calls' own rule, not a copy of it
+            accepted = workspace.numel() >= COUNTER_REGION_BYTES
+        except Exception:  # noqa: BLE001 - the run refuses it, with its message
+            accepted = False
+        if accepted:
+            made = _NewBuffer(workspace.numel(), str(workspace.device), tuple(workspace.shape))
+            fixed = fixed[:_WORKSPACE] + (made,) + fixed[_WORKSPACE + 1:]
     return fixed, runner._present, runner._options
 
 
@@ -121,7 +133,9 @@ class PagedAttentionRunner:
     between runs (each run's kernels read them), their shapes, strides and storage too (a
     run that sees a change validates again). ``copy``, ``deepcopy`` and ``pickle`` keep the
     bound arguments (a deep copy's workspace is a new zeroed one, as for
-    :class:`splitkv.Workspace`) and validate again at their first run.
+    :class:`splitkv.Workspace`; a user's uint8 workspace tensor, of any rank, comes back as a
+    new zeroed ``WORKSPACE_ALIGNMENT``-aligned tensor of its shape and device) and validate
+    again at their first run.
 
     Raises
     ------

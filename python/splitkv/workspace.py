@@ -271,7 +271,10 @@ class Workspace:
     the previous launch on that memory. Inside CUDA graph capture this ordering is the
     caller's: capture one workspace per stream. ``copy.copy``, ``copy.deepcopy`` and
     ``pickle`` (sending a workspace to another process too) make a new zeroed workspace of
-    the same size and device: the bytes are scratch and are not copied.
+    the same size and device: the bytes are scratch and are not copied. ``torch.load`` of a
+    saved one does too, on the device its ``map_location`` maps the saved device to, as for a
+    tensor (``map_location="cpu"`` loads one saved on CUDA on a CPU-only machine); it needs
+    ``weights_only=False``, as any object that is not tensors and containers does.
 
     Parameters
     ----------
@@ -377,10 +380,12 @@ class Workspace:
         a new one must hold is zero. The buffer itself is never pickled: its default copy
         lands at an address torch aligns to 64 bytes only (refused as misaligned), and
         torch.multiprocessing would move this workspace's own storage into shared memory
-        (a new, misaligned address for the view ``tensor``: every later call refused)."""
+        (a new, misaligned address for the view ``tensor``: every later call refused). The
+        device goes as an empty tensor on it (device_token), so that torch.load's map_location
+        applies to it."""
         # A subclass stays one, with its own attributes (all but the buffer's).
         state = {k: v for k, v in vars(self).items() if k not in _BUFFER_ATTRIBUTES}
-        return (_new_workspace, (type(self), self.nbytes, str(self.device)), state or None)
+        return (_new_workspace, (type(self), self.nbytes, device_token(self.device)), state or None)
 
     def _launch_view(self):
         """(tensor, its signature, C++ view, busy key, stream order, address) of
@@ -411,10 +416,24 @@ _BUFFER_ATTRIBUTES = ("_raw", "tensor", "device", "_status_host", "_view")
 
 def _new_workspace(cls, nbytes, device):
     """Workspace.__reduce__'s constructor: a new zeroed workspace of class ``cls`` (a subclass
-    may take other arguments: Workspace's own __init__ makes the buffer)."""
+    may take other arguments: Workspace's own __init__ makes the buffer) on ``device`` (a
+    device_token, or a str in pickles made before tokens)."""
     workspace = cls.__new__(cls)
-    Workspace.__init__(workspace, nbytes, device)
+    Workspace.__init__(workspace, nbytes, token_device(device))
     return workspace
+
+
+def device_token(device):
+    """An empty uint8 tensor on ``device``: how a pickled workspace names its device. torch.load's
+    map_location moves tensors only (a device given as a str stayed where it was saved, so a
+    Workspace saved on CUDA could not be loaded on a CPU-only machine); an empty one costs no
+    bytes in the pickle and no device memory."""
+    return torch.empty(0, dtype=torch.uint8, device=device)
+
+
+def token_device(token):
+    """The device a pickled workspace names: its device_token's, or the str itself."""
+    return token.device if isinstance(token, torch.Tensor) else token
 
 
 def _new_status_mirror(device):

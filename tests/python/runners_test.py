@@ -368,3 +368,78 @@ def test_runner_over_a_user_buffer_copies_and_sends(how):
         assert buffer.data_ptr() == raw.data_ptr() + skip
         assert torch.equal(runner.run(problem.q, problem.kv_cache), expected)
         assert copy.copy(runner)._fixed[2] is buffer
+
+
+@pytest.mark.parametrize("shape", [(2, 8 << 20), (4, 2, 2 << 20)], ids=["2d", "3d"])
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "send"])
+def test_runner_over_a_user_buffer_of_any_rank_copies_and_sends(how, shape):
+    """The calls take a contiguous uint8 workspace of any rank (its flat bytes), but a copy
+    made a new aligned buffer for a 1-D one only: a 2-D one was copied as a tensor, bytes and
+    all (64-byte aligned: its first run refused as misaligned, more often than not), and
+    sending it moved the original's storage into shared memory. It now gets a new zeroed
+    aligned buffer of the same shape, as a 1-D one does."""
+    import copy
+    import multiprocessing.reduction
+    import pickle
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
+    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r)),
+            "send": lambda r: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(r))}[how]
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+    raw = torch.zeros((16 << 20) + splitkv.WORKSPACE_ALIGNMENT, dtype=torch.uint8)
+    skip = -raw.data_ptr() % splitkv.WORKSPACE_ALIGNMENT
+    buffer = raw[skip:skip + (16 << 20)].view(shape)
+    runner = _paged_runner(problem, buffer, num_splits=3)
+    expected = runner.run(problem.q, problem.kv_cache)
+    buffer.view(-1)[splitkv.COUNTER_REGION_BYTES:].fill_(7)  # scratch: not copied
+    made = make(runner)
+    workspace = made._fixed[2]
+    assert (type(workspace), workspace.shape, workspace.dtype, workspace.device) == (
+        torch.Tensor, buffer.shape, torch.uint8, buffer.device)
+    assert workspace.is_contiguous() and not workspace.any()
+    assert workspace.data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+    assert torch.equal(made.run(problem.q, problem.kv_cache), expected)
+    assert buffer.data_ptr() == raw.data_ptr() + skip
+    assert torch.equal(runner.run(problem.q, problem.kv_cache), expected)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_runner_over_a_tensor_that_is_no_workspace_copies_it_as_it_is(how):
+    """A tensor the calls refuse as a workspace is copied as a tensor, so the copy's run
+    refuses it too (it is not made into a valid workspace)."""
+    import copy
+    import pickle
+    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r))}[how]
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    for bad in (torch.zeros(2, 8 << 20, dtype=torch.uint8).t(),  # not contiguous
+                torch.zeros(16 << 20, dtype=torch.int8),
+                torch.zeros(2, 1 << 20, dtype=torch.uint8)):  # below the counter region
+        runner = _paged_runner(problem, bad)
+        made = make(runner)
+        assert (made._fixed[2].shape, made._fixed[2].stride(), made._fixed[2].dtype) == (
+            bad.shape, bad.stride(), bad.dtype)
+        if bad.numel() >= splitkv.COUNTER_REGION_BYTES:  # refused on the torch side, as before
+            assert _error(lambda: made.run(problem.q, problem.kv_cache)) == _error(
+                lambda: runner.run(problem.q, problem.kv_cache))
+        else:  # C++ checks alignment before size, and the copy's address is another
+            with pytest.raises(ValueError,
+                               match="^paged_attention: workspace (too small|misaligned)"):
+                made.run(problem.q, problem.kv_cache)
+
+
+def test_torch_load_maps_a_runners_new_workspace_with_its_tensors():
+    """torch.load's map_location moved a runner's bound tensors but not the device of the new
+    buffer made for its user workspace (a str): loaded from CUDA onto a CPU-only machine, the
+    buffer was made on CUDA. The device now goes as an empty tensor, mapped like the others."""
+    import io
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    runner = _paged_runner(problem, torch.zeros(2, 8 << 20, dtype=torch.uint8))
+    saved = io.BytesIO()
+    torch.save(runner, saved)
+    seen = []
+    saved.seek(0)
+    record = lambda storage, location: seen.append(storage.nbytes()) or storage  # noqa: E731
+    made = torch.load(saved, map_location=record, weights_only=False)
+    # block_tables, seq_lens, and the workspace's device (an empty tensor).
+    assert sorted(seen) == sorted([problem.block_tables.nbytes, problem.seq_lens.nbytes, 0])
+    assert made._fixed[2].shape == (2, 8 << 20)
+    assert torch.equal(made.run(problem.q, problem.kv_cache), problem.run(made._fixed[2]))

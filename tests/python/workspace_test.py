@@ -568,6 +568,60 @@ def test_workspace_sent_to_a_spawned_process():
     harness.assert_counter_region_zero(workspace)
 
 
+def _saved(workspace, monkeypatch=None, location=None):
+    """torch.save's bytes of ``workspace``; ``location`` (e.g. "cuda:0") is the device its
+    tensors are recorded on, as if saved there (this machine has no GPU)."""
+    import io
+    if location is not None:
+        monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: location)
+    saved = io.BytesIO()
+    torch.save(workspace, saved)
+    if location is not None:
+        monkeypatch.undo()
+    return saved.getvalue()
+
+
+def _loaded(saved, map_location):
+    import io
+    return torch.load(io.BytesIO(saved), map_location=map_location, weights_only=False)
+
+
+@pytest.mark.parametrize("map_location",
+                         ["cpu", torch.device("cpu"), {"cuda:0": "cpu"}, "callable"],
+                         ids=["str", "device", "dict", "callable"])
+def test_torch_load_puts_a_workspace_saved_on_cuda_where_map_location_says(map_location,
+                                                                           monkeypatch):
+    """A Workspace named its device as a str, which torch.load's map_location does not move:
+    one saved on CUDA was made on CUDA again on load (on a CPU-only machine, refused: "device
+    is not available"), whatever map_location said. Its device now goes as an empty tensor,
+    which map_location moves as it moves any tensor."""
+    seen = []
+    if map_location == "callable":
+        map_location = lambda storage, location: seen.append(location) or storage  # noqa: E731
+    workspace = _TaggedWorkspace(8 << 20, "cpu", tag="pool-a")
+    saved = _saved(workspace, monkeypatch, "cuda:0")
+    made = _loaded(saved, map_location)
+    assert type(made) is _TaggedWorkspace and made.tag == "pool-a"
+    assert (made.nbytes, made.device) == (8 << 20, torch.device("cpu"))
+    assert made.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+    assert not made.tensor.any()
+    assert seen == ([] if not callable(map_location) else ["cuda:0"])
+    # Without map_location it is made where it was saved: torch's own refusal, on this machine.
+    with pytest.raises(RuntimeError, match="map_location=torch.device"):
+        _loaded(saved, None)
+    # Saved on the CPU, loaded there, as before.
+    assert _loaded(_saved(workspace), None).device == torch.device("cpu")
+
+
+def test_torch_load_refuses_a_map_location_no_workspace_can_live_on():
+    """map_location="meta" was ignored (a CPU workspace came back); now it reaches the
+    Workspace, which refuses the device."""
+    with pytest.raises(ValueError) as caught:
+        _loaded(_saved(splitkv.Workspace(8 << 20, "cpu")), "meta")
+    assert str(caught.value) == ("Workspace: device unsupported: expected a cpu or cuda device, "
+                                 "got 'meta'")
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.bool])
 def test_workspace_tensor_reinterpreted_in_place_is_refused_on_every_path(dtype):
     """`workspace.tensor.data = workspace.tensor.view(dtype)` keeps the object, address, shape
