@@ -328,6 +328,30 @@ def test_register_refuses_a_workspace_below_the_counter_region():
     assert splitkv_hf._workspace_bytes == splitkv_hf.DEFAULT_WORKSPACE_BYTES  # unchanged
 
 
+def test_register_with_another_size_replaces_each_devices_workspace():
+    """register(workspace_bytes=N) after a device's workspace was made kept that workspace,
+    and its old size, for good: N applied to devices with none yet. A workspace of another
+    size is now dropped, and the device's next call makes one of N bytes; one of N is kept."""
+    try:
+        splitkv_hf.register(workspace_bytes=16 << 20)
+        old, old_lock = splitkv_hf._workspace_and_lock("cpu")
+        assert old.nbytes == 16 << 20
+        with old_lock:  # a call running on the old workspace does not hold up the new one
+            splitkv_hf.register(workspace_bytes=24 << 20)
+            new, new_lock = splitkv_hf._workspace_and_lock("cpu")
+            assert new is not old and new_lock is not old_lock
+            assert new_lock.acquire(blocking=False)
+            new_lock.release()
+        assert (new.nbytes, new.device) == (24 << 20, torch.device("cpu"))
+        assert splitkv_hf.workspace_for("cpu") is new
+        new.check_counter_region()
+        splitkv_hf.register(workspace_bytes=24 << 20)
+        assert splitkv_hf._workspace_and_lock("cpu") == (new, new_lock)
+    finally:
+        splitkv_hf.register()  # the module's size for the other tests
+    assert splitkv_hf.workspace_for("cpu").nbytes == splitkv_hf.DEFAULT_WORKSPACE_BYTES
+
+
 def test_register_refuses_other_transformers_versions(monkeypatch):
     monkeypatch.setattr(splitkv_hf.transformers, "__version__", "5.25.0")
     with pytest.raises(ImportError) as caught:

@@ -120,8 +120,11 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
     ----------
     workspace_bytes : int, default 64 MiB
         Size of each device's :class:`splitkv.Workspace`, made on first use (>= 8 MiB;
-        checked here as the Workspace checks its ``nbytes``).
-        Applies to workspaces made after this call.
+        checked here as the Workspace checks its ``nbytes``). Takes effect for every later
+        attention call: a device's workspace of another size, made before (an earlier
+        ``register``), is dropped here, and that device's next call makes one of this size
+        (:func:`workspace_for` returns it from then on). A call running meanwhile finishes on
+        the old one; one of the same size is kept.
 
     Returns
     -------
@@ -148,8 +151,16 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
                           f"closed continuous batching to other attention implementations), got "
                           f"{version}")
     # Checked now, as splitkv.Workspace will (which makes it on first use).
-    _workspace_bytes = workspace_module.checked_nbytes(f"{_OP}.register", "workspace_bytes",
-                                                       workspace_bytes)
+    workspace_bytes = workspace_module.checked_nbytes(f"{_OP}.register", "workspace_bytes",
+                                                      workspace_bytes)
+    with _workspaces_lock:
+        # Under the lock that makes workspaces: a call sees the old size and its workspace, or
+        # the new size and none. A dropped entry's lock goes with it: a call still holding it
+        # runs on the old workspace's own memory, apart from the new one's.
+        _workspace_bytes = workspace_bytes
+        for device, (workspace, _) in list(_workspaces.items()):
+            if workspace.nbytes != workspace_bytes:
+                del _workspaces[device]
     AttentionInterface.register("splitkv", paged_attention_forward)
     AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
     return ATTN_IMPLEMENTATION
