@@ -523,21 +523,27 @@ def _worker_call(workspace, problem_tensors):
     return out, workspace.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("used", [False, True])
-@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
-def test_workspace_copies_are_new_zeroed_aligned_workspaces(how, used):
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle", "send"])
+def test_workspace_copies_are_new_zeroed_aligned_workspaces(device, how, used):
     """copy, deepcopy and pickle make a new Workspace of the same size and device, aligned and
     zeroed (a pickled buffer came back 64-byte aligned and was refused as misaligned; a used
-    one did not pickle at all: its cached C++ view)."""
+    one did not pickle at all: its cached C++ view). "send" is torch.multiprocessing's
+    pickler, which shares a CUDA tensor's memory by IPC: the device goes as an empty tensor."""
     import copy
+    import multiprocessing.reduction
     import pickle
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
+    harness.require(device)
     make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
-            "pickle": lambda w: pickle.loads(pickle.dumps(w))}[how]
-    workspace = splitkv.Workspace(16 << 20, "cpu")
-    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+            "pickle": lambda w: pickle.loads(pickle.dumps(w)),
+            "send": lambda w: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(w))}[how]
+    workspace = splitkv.Workspace(16 << 20, device)
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE, device=device)
     expected = problem.run(workspace, num_splits=3)
     if not used:
-        workspace = splitkv.Workspace(16 << 20, "cpu")
+        workspace = splitkv.Workspace(16 << 20, device)
     made = make(workspace)
     assert isinstance(made, splitkv.Workspace) and made is not workspace
     assert (made.nbytes, made.device) == (workspace.nbytes, workspace.device)
