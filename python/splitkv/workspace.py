@@ -5,6 +5,7 @@ only allocates, aligns and reports.
 """
 
 import contextlib
+import copyreg
 import dataclasses
 import os
 
@@ -271,7 +272,9 @@ class Workspace:
     the previous launch on that memory. Inside CUDA graph capture this ordering is the
     caller's: capture one workspace per stream. ``copy.copy``, ``copy.deepcopy`` and
     ``pickle`` (sending a workspace to another process too) make a new zeroed workspace of
-    the same size and device: the bytes are scratch and are not copied. ``torch.load`` of a
+    the same size and device: the bytes are scratch and are not copied (a subclass keeps its
+    class and attributes, ``__slots__`` too; one that is a view of ``tensor`` becomes the same
+    view of the new buffer). ``torch.load`` of a
     saved one does too, on the device its ``map_location`` maps the saved device to, as for a
     tensor (``map_location="cpu"`` loads one saved on CUDA on a CPU-only machine); it needs
     ``weights_only=False``, as any object that is not tensors and containers does.
@@ -383,9 +386,47 @@ class Workspace:
         (a new, misaligned address for the view ``tensor``: every later call refused). The
         device goes as an empty tensor on it (device_token), so that torch.load's map_location
         applies to it."""
-        # A subclass stays one, with its own attributes (all but the buffer's).
-        state = {k: v for k, v in vars(self).items() if k not in _BUFFER_ATTRIBUTES}
-        return (_new_workspace, (type(self), self.nbytes, device_token(self.device)), state or None)
+        # A subclass stays one, with its own attributes (__getstate__: its own, if it has one).
+        return (_new_workspace, (type(self), self.nbytes, device_token(self.device)),
+                self.__getstate__())
+
+    def __getstate__(self):
+        """A copy's attributes: all but the buffer's, in ``__dict__`` and a subclass's
+        ``__slots__`` (as ``(dict, slots)`` when it has slots, as Python's default does). An
+        attribute that is a view of ``tensor`` (a subclass's ``counter_region()``, say) goes as
+        its place in the buffer (_BufferView), and is the same view of the copy's new buffer:
+        copied as a tensor, it took the whole buffer's bytes along, and torch.multiprocessing
+        moved this workspace's storage into shared memory (a new, misaligned address)."""
+        views = {}
+        state = {k: self._state_value(v, views) for k, v in vars(self).items()
+                 if k not in _BUFFER_ATTRIBUTES}
+        slots = {name: self._state_value(getattr(self, name), views)
+                 for name in copyreg._slotnames(type(self)) if hasattr(self, name)}
+        if slots:
+            return state or None, slots
+        return state or None
+
+    def __setstate__(self, state):
+        """Sets what __getstate__ gave, each _BufferView as that view of this buffer."""
+        state, slots = state if isinstance(state, tuple) else (state, None)
+        views = {}
+        for name, value in (state or {}).items():
+            self.__dict__[name] = self._state_value(value, views)
+        for name, value in (slots or {}).items():
+            setattr(self, name, self._state_value(value, views))
+
+    def _state_value(self, value, views):
+        """``value`` as a copy keeps it: a view of this workspace's bytes as a _BufferView and
+        back (``views``: one per object, so two attributes naming one view still do)."""
+        if id(value) in views:
+            return views[id(value)]
+        made = value
+        if isinstance(value, _BufferView):
+            made = value.view_of(self.tensor)
+        elif isinstance(value, torch.Tensor) and type(value) is torch.Tensor:
+            made = _BufferView.of(value, self.tensor) or value
+        views[id(value)] = made
+        return made
 
     def _launch_view(self):
         """(tensor, its signature, C++ view, busy key, stream order, address) of
@@ -412,6 +453,41 @@ class Workspace:
 
 
 _BUFFER_ATTRIBUTES = ("_raw", "tensor", "device", "_status_host", "_view")
+
+
+class _BufferView:
+    """A tensor over a workspace's bytes in its pickled or copied state: where it starts in
+    ``tensor`` (bytes), its dtype, shape and strides."""
+
+    __slots__ = ("offset", "dtype", "shape", "stride")
+
+    def __init__(self, offset, dtype, shape, stride):
+        self.offset, self.dtype, self.shape, self.stride = offset, dtype, shape, stride
+
+    def __reduce__(self):
+        return (_BufferView, (self.offset, self.dtype, self.shape, self.stride))
+
+    @classmethod
+    def of(cls, view, buffer):
+        """The _BufferView of ``view`` if it lies within ``buffer``'s bytes, else None."""
+        if (view.device != buffer.device or view.untyped_storage().data_ptr()
+                != buffer.untyped_storage().data_ptr()):
+            return None
+        offset = view.storage_offset() * view.element_size() - buffer.storage_offset()
+        extent = sum((size - 1) * stride for size, stride in zip(view.shape, view.stride()))
+        end = offset + (extent + 1) * view.element_size() if view.numel() else offset
+        if offset < 0 or end > buffer.numel() or min(view.stride(), default=0) < 0:
+            return None
+        return cls(offset, view.dtype, tuple(view.shape), tuple(view.stride()))
+
+    def view_of(self, buffer):
+        """The same view of another workspace's ``buffer`` (aligned as the first one was)."""
+        # Whole elements: both buffers start WORKSPACE_ALIGNMENT-aligned, at an offset into
+        # storages that torch's allocators align to 64 bytes at least.
+        start = buffer.storage_offset() + self.offset
+        made = torch.empty(0, dtype=self.dtype, device=buffer.device)
+        return made.set_(buffer.untyped_storage(), start // self.dtype.itemsize, self.shape,
+                         self.stride)
 
 
 def _new_workspace(cls, nbytes, device):

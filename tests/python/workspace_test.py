@@ -664,6 +664,91 @@ def test_workspace_subclass_copies_keep_class_and_attributes(how):
     harness.assert_counter_region_zero(made)
 
 
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle", "pickle0"])
+def test_workspace_subclass_copies_keep_slots_and_their_own_state(how):
+    """__reduce__ kept the subclass's __dict__ only: an attribute in its __slots__ was lost (an
+    AttributeError on the copy), and a __getstate__ of its own was passed over (its
+    __setstate__ got the __dict__ instead)."""
+    import copy
+    import pickle
+    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+            "pickle": lambda w: pickle.loads(pickle.dumps(w)),
+            "pickle0": lambda w: pickle.loads(pickle.dumps(w, protocol=0))}[how]
+    slotted = _SlottedWorkspace(8 << 20, "cpu", tag="pool-b")
+    slotted.note = "kept too"
+    made = make(slotted)
+    assert (type(made), made.tag, made.note) == (_SlottedWorkspace, "pool-b", "kept too")
+    assert made.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+    own = make(_OwnStateWorkspace(8 << 20, "cpu"))
+    assert (type(own), own.restored) == (_OwnStateWorkspace, ("own state",))
+    harness.assert_counter_region_zero(own)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle", "send"])
+def test_workspace_subclass_keeping_views_of_its_buffer_copies_them_as_views(how):
+    """A subclass attribute that is a view of its own buffer (its counter region, an int32
+    view of the scratch) went as a tensor: its copy took the whole buffer's bytes and viewed
+    them, not the copy's buffer, and torch.multiprocessing moved the original's storage into
+    shared memory (its tensor at a new address: every later call refused as misaligned, more
+    often than not). The copy's attribute is now the same view of its own new buffer."""
+    import copy
+    import multiprocessing.reduction
+    import pickle
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
+    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+            "pickle": lambda w: pickle.loads(pickle.dumps(w)),
+            "send": lambda w: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(w))}[how]
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
+    for _ in range(4):  # buffers at several offsets into their storages
+        workspace = _ViewingWorkspace(16 << 20, "cpu")
+        address = workspace.tensor.data_ptr()
+        expected = problem.run(workspace, num_splits=3)
+        made = make(workspace)
+        assert workspace.tensor.data_ptr() == address  # the original stays where it was
+        assert torch.equal(problem.run(workspace, num_splits=3), expected)
+        for original, copied in ((workspace.counters, made.counters),
+                                 (workspace.words, made.words)):
+            assert (copied.dtype, copied.shape, copied.stride()) == (
+                original.dtype, original.shape, original.stride())
+            offset = original.data_ptr() - workspace.tensor.data_ptr()
+            assert copied.data_ptr() == made.tensor.data_ptr() + offset
+        assert made.alias is made.counters  # one object, one view
+        assert made.tensor.untyped_storage().nbytes() == workspace._raw.numel()  # no 2nd copy
+        made.words.fill_(5)  # the scratch: the copy's own bytes
+        assert made.tensor[splitkv.COUNTER_REGION_BYTES:].view(torch.int32).eq(5).all()
+        assert torch.equal(problem.run(made, num_splits=3), expected)
+
+
+class _SlottedWorkspace(splitkv.Workspace):
+    """A subclass keeping its attribute in __slots__ (module level: pickled)."""
+
+    __slots__ = ("tag",)
+
+    def __init__(self, nbytes, device, tag):
+        super().__init__(nbytes, device)
+        self.tag = tag
+
+
+class _OwnStateWorkspace(splitkv.Workspace):
+    """A subclass with __getstate__ / __setstate__ of its own, whose state is no dict."""
+
+    def __getstate__(self):
+        return ("own state",)
+
+    def __setstate__(self, state):
+        self.restored = state
+
+
+class _ViewingWorkspace(splitkv.Workspace):
+    """A subclass keeping views of its own buffer."""
+
+    def __init__(self, nbytes, device):
+        super().__init__(nbytes, device)
+        self.counters = self.counter_region()
+        self.alias = self.counters
+        self.words = self.tensor[splitkv.COUNTER_REGION_BYTES:].view(torch.int32)
+
+
 class _TaggedWorkspace(splitkv.Workspace):
     """A subclass with another constructor and an attribute of its own (module level: pickled)."""
 
