@@ -13,6 +13,7 @@ region). Runs give bitwise the results of the one-shot functions with the same a
 """
 
 import torch
+import torch.utils.weak
 
 from splitkv import _calls
 from splitkv import _checks
@@ -57,20 +58,41 @@ class _NewBuffer:
     The device goes as an empty tensor (workspace.device_token), so that torch.load's
     map_location moves it with the runner's other tensors."""
 
-    __slots__ = ("nbytes", "device", "shape")
+    __slots__ = ("nbytes", "device", "shape", "made")
 
     def __init__(self, nbytes, device, shape=None):
         # shape None: a pickle made before shapes were kept (a 1-D buffer).
         self.nbytes, self.device, self.shape = nbytes, device, shape
+        self.made = None
 
     def __reduce__(self):
         from splitkv.workspace import device_token
         return (_NewBuffer, (self.nbytes, device_token(self.device), self.shape))
 
     def make(self):
-        from splitkv.workspace import Workspace, token_device
-        buffer = Workspace(self.nbytes, token_device(self.device)).tensor
-        return buffer if self.shape is None else buffer.view(self.shape)
+        """The new buffer, made once: runners whose states hold this one object (a copy's
+        runners that shared a buffer) share it."""
+        if self.made is None:
+            from splitkv.workspace import Workspace, token_device
+            buffer = Workspace(self.nbytes, token_device(self.device)).tensor
+            self.made = buffer if self.shape is None else buffer.view(self.shape)
+        return self.made
+
+
+# Per user workspace tensor, the _NewBuffer that stands for it in its runners' states: one
+# object, so that runners bound to one buffer (one per layer group, say) share one new buffer
+# after a deepcopy or pickle of them together (deepcopy's and pickle's memo make one object
+# once), as runners bound to one Workspace do. A _NewBuffer each made as many new buffers as
+# runners. Weak: the entry goes with the tensor; a tensor resized since gets another.
+_new_buffers = torch.utils.weak.WeakIdKeyDictionary()
+
+
+def _new_buffer(workspace):
+    made = _new_buffers.get(workspace)
+    shape, device = tuple(workspace.shape), str(workspace.device)
+    if made is None or (made.shape, made.device) != (shape, device):
+        made = _new_buffers[workspace] = _NewBuffer(workspace.numel(), device, shape)
+    return made
 
 
 def _getstate(runner):
@@ -91,8 +113,7 @@ def _getstate(runner):
         except Exception:  # noqa: BLE001 - the run refuses it, with its message
             accepted = False
         if accepted:
-            made = _NewBuffer(workspace.numel(), str(workspace.device), tuple(workspace.shape))
-            fixed = fixed[:_WORKSPACE] + (made,) + fixed[_WORKSPACE + 1:]
+            fixed = fixed[:_WORKSPACE] + (_new_buffer(workspace),) + fixed[_WORKSPACE + 1:]
     return fixed, runner._present, runner._options
 
 
@@ -134,8 +155,8 @@ class PagedAttentionRunner:
     run that sees a change validates again). ``copy``, ``deepcopy`` and ``pickle`` keep the
     bound arguments (a deep copy's workspace is a new zeroed one, as for
     :class:`splitkv.Workspace`; a user's uint8 workspace tensor, of any rank, comes back as a
-    new zeroed ``WORKSPACE_ALIGNMENT``-aligned tensor of its shape and device) and validate
-    again at their first run.
+    new zeroed ``WORKSPACE_ALIGNMENT``-aligned tensor of its shape and device, one for all
+    the runners bound to it that are copied together) and validate again at their first run.
 
     Raises
     ------

@@ -402,6 +402,37 @@ def test_runner_over_a_user_buffer_of_any_rank_copies_and_sends(how, shape):
     assert torch.equal(runner.run(problem.q, problem.kv_cache), expected)
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "send"])
+def test_runners_sharing_a_user_buffer_share_one_new_buffer_in_a_copy(how):
+    """Runners bound to one user buffer (a runner per layer group, say), copied together, got
+    a new buffer each (one _NewBuffer per runner): as many buffers as runners, where runners
+    bound to one Workspace share one new Workspace. They now share one, as the originals do;
+    a later copy gets a buffer of its own, and one made after a resize_ has the new shape."""
+    import copy
+    import multiprocessing.reduction
+    import pickle
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
+    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r)),
+            "send": lambda r: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(r))}[how]
+    problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
+    buffer = torch.zeros(2, 8 << 20, dtype=torch.uint8)
+    other = torch.zeros(16 << 20, dtype=torch.uint8)
+    runners = [_paged_runner(problem, buffer, num_splits=3), _paged_runner(problem, buffer),
+               _paged_runner(problem, other)]
+    made = make(runners)
+    workspaces = [runner._fixed[2] for runner in made]
+    assert workspaces[0] is workspaces[1] and workspaces[0].shape == (2, 8 << 20)
+    assert workspaces[2].data_ptr() != workspaces[0].data_ptr()
+    assert workspaces[0].data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+    expected = problem.run(splitkv.Workspace(16 << 20, "cpu"), num_splits=3)
+    assert torch.equal(made[0].run(problem.q, problem.kv_cache), expected)
+    again = make(runners[:2])
+    assert again[0]._fixed[2] is again[1]._fixed[2]
+    assert again[0]._fixed[2].data_ptr() != workspaces[0].data_ptr()
+    buffer.resize_(16 << 20)
+    assert make(runners[:1])[0]._fixed[2].shape == (16 << 20,)
+
+
 @pytest.mark.parametrize("how", ["deepcopy", "pickle"])
 def test_runner_over_a_tensor_that_is_no_workspace_copies_it_as_it_is(how):
     """A tensor the calls refuse as a workspace is copied as a tensor, so the copy's run
