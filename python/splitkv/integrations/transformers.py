@@ -169,13 +169,13 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
 def workspace_for(device):
     """The splitkv Workspace that serves ``device`` (made, zeroed, on first use).
 
-    One per device for the whole process: transformers runs one generation thread per
-    manager, and managers generating at once on one device (two threads' generate_batch,
-    or two models) take turns on it: the adapter holds a per-device lock around each of its
-    splitkv calls. A caller running splitkv on this workspace itself must not do so while
-    a manager generates (splitkv refuses the second concurrent call, ValueError
-    "workspace in use").
-    """
+    One per device for the whole process, until :func:`register` with another
+    ``workspace_bytes`` replaces it (ask again afterwards: the one returned before no longer
+    serves the adapter's calls). transformers runs one generation thread per manager, and
+    managers generating at once on one device (two threads' generate_batch, or two models)
+    take turns on it: the adapter holds a per-device lock around each of its splitkv calls.
+    A caller running splitkv on this workspace itself must not do so while a manager
+    generates (splitkv refuses the second concurrent call, ValueError "workspace in use")."""
     return _workspace_and_lock(device)[0]
 
 
