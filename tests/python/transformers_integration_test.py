@@ -347,9 +347,30 @@ def test_register_with_another_size_replaces_each_devices_workspace():
         new.check_counter_region()
         splitkv_hf.register(workspace_bytes=24 << 20)
         assert splitkv_hf._workspace_and_lock("cpu") == (new, new_lock)
+        assert not any(w is old for w in splitkv_hf._retired)  # a CPU call returns when done
     finally:
         splitkv_hf.register()  # the module's size for the other tests
     assert splitkv_hf.workspace_for("cpu").nbytes == splitkv_hf.DEFAULT_WORKSPACE_BYTES
+
+
+@pytest.mark.gpu
+def test_register_with_another_size_keeps_the_dropped_cuda_workspace_allocated_on_gpu():
+    """A CUDA workspace that register() replaces may still be read by a kernel another
+    thread enqueued on its own stream: freed, torch's allocator could hand its memory to the
+    next allocation (the new workspace's zero fill) while that kernel runs. It is kept."""
+    try:
+        splitkv_hf.register(workspace_bytes=16 << 20)
+        old = splitkv_hf.workspace_for("cuda")
+        address = old.tensor.data_ptr()
+        splitkv_hf.register(workspace_bytes=24 << 20)
+        new = splitkv_hf.workspace_for("cuda")
+        assert new is not old and any(w is old for w in splitkv_hf._retired)
+        del old
+        torch.cuda.empty_cache()
+        kept = [w for w in splitkv_hf._retired if w.tensor.data_ptr() == address]
+        assert len(kept) == 1 and kept[0].nbytes == 16 << 20
+    finally:
+        splitkv_hf.register()
 
 
 def test_register_refuses_other_transformers_versions(monkeypatch):

@@ -91,6 +91,8 @@ _workspace_bytes = DEFAULT_WORKSPACE_BYTES
 # streams on the same memory itself); no device sync.
 _workspaces = {}
 _workspaces_lock = threading.Lock()
+# CUDA workspaces that register() replaced (see there): never freed.
+_retired = []
 
 
 def _new_locks_in_child():
@@ -124,7 +126,8 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
         attention call: a device's workspace of another size, made before (an earlier
         ``register``), is dropped here, and that device's next call makes one of this size
         (:func:`workspace_for` returns it from then on). A call running meanwhile finishes on
-        the old one; one of the same size is kept.
+        the old one; one of the same size is kept. A dropped CUDA workspace stays allocated
+        for the life of the process, since kernels enqueued on it may still be running.
 
     Returns
     -------
@@ -161,6 +164,12 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
         for device, (workspace, _) in list(_workspaces.items()):
             if workspace.nbytes != workspace_bytes:
                 del _workspaces[device]
+                if device.type == "cuda":
+                    # Kept, not freed: a kernel another thread enqueued on it (its own stream)
+                    # may still run, and torch's allocator would hand freed memory to the next
+                    # allocation on the stream that made it (the new workspace's zero fill, say)
+                    # without waiting for that kernel. CPU calls return when done.
+                    _retired.append(workspace)
     AttentionInterface.register("splitkv", paged_attention_forward)
     AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
     return ATTN_IMPLEMENTATION
