@@ -503,8 +503,11 @@ def device_token(device):
     """An empty uint8 tensor on ``device``: how a pickled workspace names its device. torch.load's
     map_location moves tensors only (a device given as a str stayed where it was saved, so a
     Workspace saved on CUDA could not be loaded on a CPU-only machine); an empty one costs no
-    bytes in the pickle and no device memory."""
-    return torch.empty(0, dtype=torch.uint8, device=device)
+    bytes in the pickle and no device memory. Under a tensor mode (FakeTensorMode) the empty
+    tensor would be the mode's, which does not pickle: the device goes as a str then, as before
+    tokens (torch.load's map_location does not move it)."""
+    token = torch.empty(0, dtype=torch.uint8, device=device)
+    return token if token.__class__ is torch.Tensor else str(device)
 
 
 def token_device(token):

@@ -755,3 +755,18 @@ class _TaggedWorkspace(splitkv.Workspace):
     def __init__(self, nbytes, device, tag):
         super().__init__(nbytes, device)
         self.tag = tag
+
+
+def test_workspace_pickles_under_fake_tensor_mode():
+    """The device token made under FakeTensorMode was a FakeTensor, which does not pickle
+    ("Can't pickle local object"): pickling a workspace there raised, where it had worked
+    with the device as a str. The device goes as a str under a tensor mode."""
+    import pickle
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    workspace = splitkv.Workspace(8 << 20, "cpu")
+    with FakeTensorMode():
+        data = pickle.dumps(workspace)
+    made = pickle.loads(data)
+    assert type(made) is splitkv.Workspace and made.device == torch.device("cpu")
+    assert made.tensor.data_ptr() % splitkv.WORKSPACE_ALIGNMENT == 0
+    harness.assert_counter_region_zero(made)
