@@ -94,6 +94,21 @@ def assert_bitwise_equal(a, b):
     assert torch.equal(a.contiguous().view(bits).cpu(), b.contiguous().view(bits).cpu())
 
 
+
+def copier(how):
+    """How a copy test copies an object: "copy", "deepcopy", "pickle" (the default protocol),
+    "pickle0" (protocol 0) or "send" (torch.multiprocessing's pickler, which shares tensors'
+    memory with the receiving process rather than copying it)."""
+    import copy
+    import multiprocessing.reduction
+    import pickle
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
+    return {"copy": copy.copy, "deepcopy": copy.deepcopy,
+            "pickle": lambda x: pickle.loads(pickle.dumps(x)),
+            "pickle0": lambda x: pickle.loads(pickle.dumps(x, protocol=0)),
+            "send": lambda x: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(x))}[how]
+
+
 def assert_counter_region_zero(workspace):
     workspace.check_counter_region()
     assert int(workspace.counter_region().count_nonzero()) == 0

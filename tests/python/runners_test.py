@@ -298,10 +298,7 @@ def test_paged_runner_under_cuda_graph_replay():
 def test_runner_copies_run_as_the_original(how):
     """A runner that has run holds C++ templates: copy, deepcopy and pickle keep its bound
     arguments and drop those (a deepcopy or pickle raised TypeError on them)."""
-    import copy
-    import pickle
-    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
-            "pickle": lambda r: pickle.loads(pickle.dumps(r))}[how]
+    make = harness.copier(how)
     workspace = splitkv.Workspace(16 << 20, "cpu")
     problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
     runner = _paged_runner(problem, workspace, num_splits=3, return_lse=True)
@@ -349,11 +346,7 @@ def test_runner_over_a_user_buffer_copies_and_sends(how):
     (the sender's runner refused from then on). A copy now gets a new zeroed aligned buffer;
     copy.copy still shares the original's."""
     import copy
-    import multiprocessing.reduction
-    import pickle
-    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
-    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r)),
-            "send": lambda r: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(r))}[how]
+    make = harness.copier(how)
     problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
     for _ in range(8):
         raw = torch.zeros((16 << 20) + splitkv.WORKSPACE_ALIGNMENT, dtype=torch.uint8)
@@ -378,12 +371,7 @@ def test_runner_over_a_user_buffer_of_any_rank_copies_and_sends(how, shape):
     all (64-byte aligned: its first run refused as misaligned, more often than not), and
     sending it moved the original's storage into shared memory. It now gets a new zeroed
     aligned buffer of the same shape, as a 1-D one does."""
-    import copy
-    import multiprocessing.reduction
-    import pickle
-    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
-    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r)),
-            "send": lambda r: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(r))}[how]
+    make = harness.copier(how)
     problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
     raw = torch.zeros((16 << 20) + splitkv.WORKSPACE_ALIGNMENT, dtype=torch.uint8)
     skip = -raw.data_ptr() % splitkv.WORKSPACE_ALIGNMENT
@@ -408,12 +396,7 @@ def test_runners_sharing_a_user_buffer_share_one_new_buffer_in_a_copy(how):
     a new buffer each (one _NewBuffer per runner): as many buffers as runners, where runners
     bound to one Workspace share one new Workspace. They now share one, as the originals do;
     a later copy gets a buffer of its own, and one made after a resize_ has the new shape."""
-    import copy
-    import multiprocessing.reduction
-    import pickle
-    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
-    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r)),
-            "send": lambda r: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(r))}[how]
+    make = harness.copier(how)
     problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE)
     buffer = torch.zeros(2, 8 << 20, dtype=torch.uint8)
     other = torch.zeros(16 << 20, dtype=torch.uint8)
@@ -437,9 +420,7 @@ def test_runners_sharing_a_user_buffer_share_one_new_buffer_in_a_copy(how):
 def test_runner_over_a_tensor_that_is_no_workspace_copies_it_as_it_is(how):
     """A tensor the calls refuse as a workspace is copied as a tensor, so the copy's run
     refuses it too (it is not made into a valid workspace)."""
-    import copy
-    import pickle
-    make = {"deepcopy": copy.deepcopy, "pickle": lambda r: pickle.loads(pickle.dumps(r))}[how]
+    make = harness.copier(how)
     problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
     for bad in (torch.zeros(2, 8 << 20, dtype=torch.uint8).t(),  # not contiguous
                 torch.zeros(16 << 20, dtype=torch.int8),

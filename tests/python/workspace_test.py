@@ -531,14 +531,8 @@ def test_workspace_copies_are_new_zeroed_aligned_workspaces(device, how, used):
     zeroed (a pickled buffer came back 64-byte aligned and was refused as misaligned; a used
     one did not pickle at all: its cached C++ view). "send" is torch.multiprocessing's
     pickler, which shares a CUDA tensor's memory by IPC: the device goes as an empty tensor."""
-    import copy
-    import multiprocessing.reduction
-    import pickle
-    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
     harness.require(device)
-    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
-            "pickle": lambda w: pickle.loads(pickle.dumps(w)),
-            "send": lambda w: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(w))}[how]
+    make = harness.copier(how)
     workspace = splitkv.Workspace(16 << 20, device)
     problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE, device=device)
     expected = problem.run(workspace, num_splits=3)
@@ -652,10 +646,7 @@ def test_workspace_tensor_reinterpreted_in_place_is_refused_on_every_path(dtype)
 def test_workspace_subclass_copies_keep_class_and_attributes(how):
     """__reduce__ named Workspace itself: a subclass's copy was a plain Workspace without the
     subclass's attributes."""
-    import copy
-    import pickle
-    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
-            "pickle": lambda w: pickle.loads(pickle.dumps(w))}[how]
+    make = harness.copier(how)
     workspace = _TaggedWorkspace(8 << 20, "cpu", tag="pool-a")
     made = make(workspace)
     assert type(made) is _TaggedWorkspace and made.tag == "pool-a"
@@ -669,11 +660,7 @@ def test_workspace_subclass_copies_keep_slots_and_their_own_state(how):
     """__reduce__ kept the subclass's __dict__ only: an attribute in its __slots__ was lost (an
     AttributeError on the copy), and a __getstate__ of its own was passed over (its
     __setstate__ got the __dict__ instead)."""
-    import copy
-    import pickle
-    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
-            "pickle": lambda w: pickle.loads(pickle.dumps(w)),
-            "pickle0": lambda w: pickle.loads(pickle.dumps(w, protocol=0))}[how]
+    make = harness.copier(how)
     slotted = _SlottedWorkspace(8 << 20, "cpu", tag="pool-b")
     slotted.note = "kept too"
     made = make(slotted)
@@ -691,13 +678,7 @@ def test_workspace_subclass_keeping_views_of_its_buffer_copies_them_as_views(how
     them, not the copy's buffer, and torch.multiprocessing moved the original's storage into
     shared memory (its tensor at a new address: every later call refused as misaligned, more
     often than not). The copy's attribute is now the same view of its own new buffer."""
-    import copy
-    import multiprocessing.reduction
-    import pickle
-    import torch.multiprocessing  # noqa: F401 - registers torch's reductions
-    make = {"copy": copy.copy, "deepcopy": copy.deepcopy,
-            "pickle": lambda w: pickle.loads(pickle.dumps(w)),
-            "send": lambda w: pickle.loads(multiprocessing.reduction.ForkingPickler.dumps(w))}[how]
+    make = harness.copier(how)
     problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE)
     for _ in range(4):  # buffers at several offsets into their storages
         workspace = _ViewingWorkspace(16 << 20, "cpu")
