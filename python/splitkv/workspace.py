@@ -473,10 +473,10 @@ class _BufferView:
         if (view.device != buffer.device or view.untyped_storage().data_ptr()
                 != buffer.untyped_storage().data_ptr()):
             return None
-        offset = view.storage_offset() * view.element_size() - buffer.storage_offset()
-        extent = sum((size - 1) * stride for size, stride in zip(view.shape, view.stride()))
-        end = offset + (extent + 1) * view.element_size() if view.numel() else offset
-        if offset < 0 or end > buffer.numel() or min(view.stride(), default=0) < 0:
+        # Bytes of the view's span, from the buffer's first byte (same storage: addresses).
+        begin, end = _checks._byte_span(view) if view.numel() else (view.data_ptr(),) * 2
+        offset, end = begin - buffer.data_ptr(), end - buffer.data_ptr()
+        if offset < 0 or end > buffer.numel():
             return None
         return cls(offset, view.dtype, tuple(view.shape), tuple(view.stride()))
 
