@@ -21,7 +21,6 @@ import splitkv_reference
 from harness import DEVICES
 
 _DTYPE = torch.float16
-_NAN_POLICY_FIXED_ON_CPU = True  # see test_nonfinite_inputs_propagate
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -195,19 +194,11 @@ def _nonfinite_rows(out, lse):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
 @pytest.mark.parametrize("where", ["q", "k", "v"])
-def test_nonfinite_inputs_propagate(device, where, value, request):
+def test_nonfinite_inputs_propagate(device, where, value):
     # Documented: NaN or an infinity in q, k or v is not checked; it propagates into the
     # output or LSE of exactly the rows whose float64 result is not finite (the rows that
     # see it, but for a key whose logit is -inf), whatever num_splits; other rows are exact.
     harness.require(device)
-    if where in ("q", "k"):
-        fixed = _NAN_POLICY_FIXED_ON_CPU if device == "cpu" else None
-        if not fixed:
-            request.applymarker(pytest.mark.xfail(
-                strict=device == "cpu",
-                reason="a non-finite logit is dropped (row 0 / LSE -inf with one split, the "
-                       "split left out of the merge with several): cc/splitkv/cpu/"
-                       "attention_tile.h tests sum > 0; see docs/bad_inputs.md"))
     workspace = harness.shared_workspace(device)
     problem = _poisoned(where, value, device)
     expected, expected_lse = problem.reference(causal=False)
@@ -221,6 +212,57 @@ def test_nonfinite_inputs_propagate(device, where, value, request):
         harness.assert_close(out[~bad], expected[~bad], _DTYPE)
         harness.assert_lse_close(lse[~bad], expected_lse[~bad])
         harness.assert_counter_region_zero(workspace)
+
+
+_LONG_CALLS = {
+    # The planner's split, one split (CUDA: the wgmma prefill for the 140-token request's
+    # tiles), seven merged splits, and batch-invariant splits (2048 keys on CUDA, 1024 on the
+    # CPU: a 5000-key request has 3 or 5, folded inside the wgmma prefill or by the merging
+    # CTA), with sinks on the last (the sink enters the merged row once).
+    "planned": dict(),
+    "one_split": dict(num_splits=1),
+    "seven_splits": dict(num_splits=7),
+    "invariant": dict(batch_invariant=True),
+    "invariant_sinks": dict(batch_invariant=True, sinks=True),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("call", list(_LONG_CALLS))
+@pytest.mark.parametrize("value", [float("nan"), float("inf")], ids=["nan", "inf"])
+@pytest.mark.parametrize("where", ["q_paged", "q_ragged", "k_ragged"])
+def test_nonfinite_logits_propagate_through_every_merge(device, where, value, call):
+    # As above over long requests, so that each kernel family and merge a row can take sees
+    # the non-finite logit: a row all of whose logits are NaN (q), a split whose logits are all
+    # NaN beside finite splits (q), one NaN or infinite logit in a later split (k, key 3000 of
+    # request 0). The rows whose float64 result is not finite are exactly those that are not
+    # finite here, whatever the split; every other row is as the reference's.
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    q_lens, kv_lens = [3, 140], [5000, 2600]
+    if where == "q_paged":
+        problem = harness.make_paged(kv_lens, page_size=16, group=2, dtype=_DTYPE, device=device,
+                                     q_lens=q_lens, seed=46)
+    else:
+        problem = harness.make_ragged(q_lens, kv_lens, group=2, dtype=_DTYPE, device=device,
+                                      seed=46)
+    if where.startswith("q"):
+        problem.q[1, 2, 5] = value    # request 0, token 1, qo head 2
+        problem.q[100, 0, 7] = value  # request 1, token 97, qo head 0
+    else:
+        problem.k[3000, 1, 5] = value  # request 0's key 3000, kv head 1 (qo heads 2, 3)
+    options = dict(_LONG_CALLS[call])
+    if options.pop("sinks", False):
+        options["sinks"] = torch.randn(4, generator=torch.Generator().manual_seed(3)).to(device)
+    expected, expected_lse = problem.reference(causal=False, **options)
+    bad = _nonfinite_rows(expected, expected_lse)
+    assert int(bad.sum()) > 0
+    out, lse = problem.run(workspace, causal=False, return_lse=True, max_q_len=140, **options)
+    out, lse = out.cpu(), lse.cpu()
+    assert torch.equal(_nonfinite_rows(out, lse), bad)
+    harness.assert_close(out[~bad], expected[~bad], _DTYPE)
+    harness.assert_lse_close(lse[~bad], expected_lse[~bad])
+    harness.assert_counter_region_zero(workspace)
 
 
 @pytest.mark.parametrize("batch_invariant", [False, True], ids=["default", "invariant"])

@@ -356,7 +356,8 @@ __device__ __forceinline__ void StageWarpRows(float* s_o, float* s_ml, int row_b
 }
 
 // Row r merged over the kWarpsN staged slices (rows sl * kRows + r): the lane's kElems
-// output elements (unnormalised), the row max m and sum of exp l (l == 0: no key seen).
+// output elements (unnormalised), the row max m and sum of exp l (l == 0: no key seen; NaN
+// where a slice's sum is NaN, RowSeen, even when every slice's max is -inf).
 template <int kElems, int kWarpsN, int kRows, int kOStride>
 __device__ __forceinline__ void MergeWarpSlices(const float* s_o, const float* s_ml, int r, float (&o)[kElems],
                                                 float& m, float& l) {
@@ -378,6 +379,10 @@ __device__ __forceinline__ void MergeWarpSlices(const float* s_o, const float* s
 #pragma unroll
       for (int e = 0; e < kElems; ++e) o[e] += w * part[e];
     }
+  } else {
+    // No finite logit in any slice: l is 0, or NaN from a slice whose logits were all NaN.
+#pragma unroll
+    for (int sl = 0; sl < kWarpsN; ++sl) l += s_ml[2 * (sl * kRows + r) + 1];
   }
 }
 

@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
     for (int i = 0; i < 2; ++i) {
       float l = sum_share[i] + __shfl_xor_sync(0xffffffffu, sum_share[i], 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      live[i] = l > 0.0f;
+      live[i] = RowSeen(l);
       if (live[i]) {
         inv[i] = 1.0f / l;
         // __fmul_rn: the decode side's max and partial are rounded by their stores.
@@ -690,7 +690,7 @@ __global__ void __launch_bounds__(PrefillSm90Shape<kHeadDim, kConsumers>::kThrea
     // terms): the decode kernel's rows get it through shared memory.
     const float m = folded ? fold[i].m : __fmul_rn(row_max[i], kLn2);
     const float l = folded ? fold[i].l : row_sum[i];
-    const bool seen = l > 0.0f;
+    const bool seen = RowSeen(l);
     const float scale = folded ? FoldScale(fold[i]) : seen ? v_scale / l : 0.0f;
     float lse = seen ? m + logf(l) : SPLITKV_NEG_INF;
     const float keep = SinkKeep(p, head, m, l, seen, lse);  // 1 without sinks

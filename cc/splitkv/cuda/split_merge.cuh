@@ -112,7 +112,7 @@ __device__ __forceinline__ void StoreFloats(float* dst, const float (&v)[kElems]
 }
 
 // The attention sink's part in a finished row (DESIGN.md Semantics): the row has max logit
-// `m` and sum of exp(logit - m) `l` (seen: l > 0). Returns `keep`, the factor applied to the
+// `m` and sum of exp(logit - m) `l` (seen: l != 0, RowSeen). Returns `keep`, the factor applied to the
 // row's l-normalised output (1 when p.sinks is null), and sets `lse` (left as given when
 // p.sinks is null; the sink when the row saw no key). The sink adds exp(sink) to the
 // denominator once; both terms are taken relative to max(m, sink), so a sink far above or
@@ -146,6 +146,13 @@ __device__ __forceinline__ RowTarget TileRowTarget(const AttentionKernelParams& 
   return {token_begin + t, kv_head * p.group_size + (row - t * p.group_size)};
 }
 
+// Whether a row (or a split of it, or a merged row) with sum of exp `l` saw a key: l != 0.
+// A NaN sum, from a NaN or infinite q or k (a NaN logit, or +inf's exp(inf - inf)), counts
+// as seen, so the NaN reaches the row's output and LSE as in the float64 reference rather
+// than the row being written as one that saw no key (out 0, LSE -inf); a finite row's test
+// is the same as `l > 0` (l >= 0), so its bits do not change.
+__device__ __forceinline__ bool RowSeen(float l) { return l != 0.0f; }
+
 // One finished row: the output (one split) or this split's partial. `o` is the lane's
 // kHeadDim / 32 elements, unnormalised, with row max `m` and sum of exp `l` (l == 0: no key).
 template <typename T, int kHeadDim>
@@ -153,7 +160,7 @@ __device__ __forceinline__ void WriteRowResult(const AttentionKernelParams& p, R
                                                float (&o)[kHeadDim / 32], float m, float l) {
   constexpr int kElems = kHeadDim / 32;
   const int lane = threadIdx.x % 32;
-  const bool seen = l > 0.0f;
+  const bool seen = RowSeen(l);
   const float inv = seen ? 1.0f / l : 0.0f;
   if (!seen) {
     // Written as zeros, not 0 * o: o may hold 0 * NaN from keys only other rows see.
@@ -233,7 +240,7 @@ template <typename T, int kElems>
 __device__ __forceinline__ void StoreMergedRow(const AttentionKernelParams& p, RowTarget at,
                                                const float (&merged)[kElems], float global_max, float total) {
   const int lane = threadIdx.x % 32;
-  const bool seen = total > 0.0f;
+  const bool seen = RowSeen(total);
   float lse = seen ? global_max + logf(total) : SPLITKV_NEG_INF;
   const float keep = SinkKeep(p, at.head, global_max, total, seen, lse);  // the sink enters once, here
   T* dst = static_cast<T*>(p.out) + at.token * p.out_stride_token + at.head * p.out_stride_head + lane * kElems;
@@ -248,15 +255,18 @@ __device__ __forceinline__ void StoreMergedRow(const AttentionKernelParams& p, R
   }
 }
 
-// A split's share of the merged row: w / total, 0 when no split saw a key (total == 0).
+// A split's share of the merged row: w / total, 0 when no split saw a key (total == 0; a
+// NaN total, RowSeen, gives every split a NaN share).
 __device__ __forceinline__ float MergeShare(float weight, float total) {
-  return total > 0.0f ? __fdiv_rn(weight, total) : 0.0f;
+  return RowSeen(total) ? __fdiv_rn(weight, total) : 0.0f;
 }
 
-// A split's weight from its stats {max, sum_exp} (natural log), against the splits' max;
-// both merge paths below use it and MergeAdd, so they give the same bits.
+// A split's weight from its stats {max, sum_exp} (natural log), against the splits' max (of
+// the seen splits); both merge paths below use it and MergeAdd, so they give the same bits.
+// An empty split weighs 0. A seen split with a finite sum has a finite max <= global_max; a
+// NaN sum (RowSeen) gives NaN whatever the maxima (-inf - -inf included).
 __device__ __forceinline__ float SplitWeight(float2 st, float global_max) {
-  return global_max != SPLITKV_NEG_INF && st.y > 0.0f ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
+  return RowSeen(st.y) ? st.y * exp2f((st.x - global_max) * kLog2e) : 0.0f;
 }
 
 // One split's part of a merged element: merged + share x part, one rounding.
@@ -307,14 +317,14 @@ __device__ __forceinline__ bool FoldSplitWith(SplitFold& f, const FoldFactors& f
 __device__ __forceinline__ bool FoldSplit(SplitFold& f, float2 st, float& wa, float& wb) {
   return FoldSplitWith(f, SplitFoldFactors(f.m, st), wa, wb);
 }
-// A warp's 32 splits at once (the merging CTAs): lane u holds split u's stats (st.y <= 0: no
+// A warp's 32 splits at once (the merging CTAs): lane u holds split u's stats (st.y == 0: no
 // split, or an empty one) and gets its factors against the merged max before it, the max of
 // f.m and the earlier non-empty splits' maxima (a prefix max: exact, so the same value as
 // FoldSplit's running max). Folding the splits in lane order with FoldSplitWith then gives
 // FoldSplit's bits while the exponentials run side by side: a 32-split decode row's fold
 // was ~3 us as one chain of FoldSplit steps on the H200 (1 x 32768, session 22).
 __device__ __forceinline__ FoldFactors WarpFoldFactors(const SplitFold& f, float2 st, int lane) {
-  float scan = st.y > 0.0f ? st.x : SPLITKV_NEG_INF;  // inclusive prefix max over non-empty lanes
+  float scan = RowSeen(st.y) ? st.x : SPLITKV_NEG_INF;  // inclusive prefix max over non-empty lanes
 #pragma unroll
   for (int d = 1; d < 32; d *= 2) {
     const float below = __shfl_up_sync(0xffffffffu, scan, d);
@@ -362,7 +372,7 @@ __device__ __forceinline__ void MergeSharedRow(const AttentionKernelParams& p, R
   if (p.invariant_split_keys > 0) {  // batch-invariant: the fold (SplitFold), factors side by side
     SplitFold f;
     const FoldFactors lane_ff = WarpFoldFactors(f, st, lane);  // num_splits <= 32 (FitsSharedMerge)
-    const uint32_t live = __ballot_sync(0xffffffffu, st.y > 0.0f);  // lanes past num_splits hold sum 0
+    const uint32_t live = __ballot_sync(0xffffffffu, RowSeen(st.y));  // lanes past num_splits hold sum 0
     float merged[kElems] = {};
     MbarrierWait(bar, phase);
     // As the weighted merge below: four splits' rows are fetched before they are folded.
@@ -388,7 +398,7 @@ __device__ __forceinline__ void MergeSharedRow(const AttentionKernelParams& p, R
     StoreMergedRow<T, kElems>(p, at, merged, f.m, f.l);
     return;
   }
-  const float global_max = WarpMax(st.y > 0.0f ? st.x : SPLITKV_NEG_INF);
+  const float global_max = WarpMax(RowSeen(st.y) ? st.x : SPLITKV_NEG_INF);
   const float weight = SplitWeight(st, global_max);
   const float total = WarpSum(weight);
   const float share = MergeShare(weight, total);
@@ -560,7 +570,7 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
                                    : make_float2(SPLITKV_NEG_INF, 0.0f);
         load_batch(part, base, count);
         const FoldFactors lane_ff = WarpFoldFactors(f, lane_st, lane);  // against the batches before
-        const uint32_t live = __ballot_sync(0xffffffffu, lane_st.y > 0.0f);  // lanes >= count hold sum 0
+        const uint32_t live = __ballot_sync(0xffffffffu, RowSeen(lane_st.y));  // lanes >= count hold sum 0
 #pragma unroll
         for (int u = 0; u < kBatch; ++u) {
           const FoldFactors ff = ShuffleFactors(lane_ff, u);
@@ -583,10 +593,10 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
                              : make_float2(SPLITKV_NEG_INF, 0.0f);
     float part[kBatch][kElems];
     load_batch(part, 0, min(kBatch, num_splits));
-    float global_max = first.y > 0.0f ? first.x : SPLITKV_NEG_INF;
+    float global_max = RowSeen(first.y) ? first.x : SPLITKV_NEG_INF;
     for (int s = lane + 32; s < num_splits; s += 32) {
       const float2 st = __ldcg(stats + PartialIndex(p.layout_shape, num_splits, s, at.token, at.head));
-      if (st.y > 0.0f) global_max = fmaxf(global_max, st.x);
+      if (RowSeen(st.y)) global_max = fmaxf(global_max, st.x);
     }
     global_max = WarpMax(global_max);
     // The weights' total first (lane k sums splits k, k + 32, ...; then a butterfly), so
@@ -596,28 +606,27 @@ __device__ void ArriveAndMerge(const AttentionKernelParams& p, int32_t request, 
                                       : __ldcg(stats + PartialIndex(p.layout_shape, num_splits, split, at.token, at.head));
       return SplitWeight(st, global_max);
     };
+    // No test of global_max against -inf here: a row whose seen splits all have a NaN sum
+    // and a max of -inf (every logit NaN) must still merge to NaN (SplitWeight); a row that
+    // no split saw sums weights of 0 and is written as zeros all the same.
     float total = 0.0f;
-    if (global_max != SPLITKV_NEG_INF) {
-      for (int s = lane; s < num_splits; s += 32) total += weight_of(s);
-      total = WarpSum(total);
-    }
+    for (int s = lane; s < num_splits; s += 32) total += weight_of(s);
+    total = WarpSum(total);
     // -0 + x == x for every x (+0 + -0 would be +0): one split's -0 elements stay -0.
     float merged[kElems];
 #pragma unroll
     for (int e = 0; e < kElems; ++e) merged[e] = -0.0f;
-    if (global_max != SPLITKV_NEG_INF) {
-      for (int base = 0; base < num_splits; base += 32) {
-        const int count = min(32, num_splits - base);
-        const float share = lane < count ? MergeShare(weight_of(base + lane), total) : 0.0f;
-        for (int k0 = 0; k0 < count; k0 += kBatch) {
-          if (base + k0 > 0) load_batch(part, base + k0, count - k0);
+    for (int base = 0; RowSeen(total) && base < num_splits; base += 32) {
+      const int count = min(32, num_splits - base);
+      const float share = lane < count ? MergeShare(weight_of(base + lane), total) : 0.0f;
+      for (int k0 = 0; k0 < count; k0 += kBatch) {
+        if (base + k0 > 0) load_batch(part, base + k0, count - k0);
 #pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            const float w = __shfl_sync(0xffffffffu, share, (k0 + u) & 31);
-            if (k0 + u >= count || w == 0.0f) continue;  // an empty split contributes nothing
+        for (int u = 0; u < kBatch; ++u) {
+          const float w = __shfl_sync(0xffffffffu, share, (k0 + u) & 31);
+          if (k0 + u >= count || w == 0.0f) continue;  // an empty split contributes nothing
 #pragma unroll
-            for (int e = 0; e < kElems; ++e) merged[e] = MergeAdd(merged[e], w, part[u][e]);
-          }
+          for (int e = 0; e < kElems; ++e) merged[e] = MergeAdd(merged[e], w, part[u][e]);
         }
       }
     }
