@@ -5,7 +5,7 @@
 #   source tools/gpu/call_lib.sh .device_run/ab.tar.xz   # unpacks the packages into /tmp/ab
 #   log "d128 A/B"; inv main 128 1; inv branch 128 1; inv branch 128 2; inv main 128 2
 #   gpu_tests branch; sanitize branch memcheck racecheck synccheck
-#   if on_h200; then ...; fi
+#   if on_h200; then closing_figures branch .device_run/peers.tar.xz $OUT/r 555; fi
 #   timeout "$(left 560)" python3 ...                     # what is left of a 560 s call
 #
 # The archive holds one folder a package (tools/gpu/build_package.sh's layout: splitkv/ and,
@@ -73,6 +73,37 @@ sanitize() {
       --kernel-name kns=splitkv python3 tools/gpu/sanitizer_cases.py > "$OUT/sanitizer_$tool.log" 2>&1
     log "$tool ($pkg) rc=$? $(grep -E "SUMMARY" "$OUT/sanitizer_$tool.log")"
   done
+}
+
+# closing_figures PACKAGE PEERS_ARCHIVE DIR BUDGET: the H200 figures every stop's closing note
+# re-measures, for one package beside the peers (tools/gpu/install_peers.sh's archive), under
+# DIR: issue 15's host time (overhead.py --issue_rows, beside FlashInfer), issue 16's
+# invariant decode cost at d64 / d128 (inv64.txt, inv128.txt), issue 17's fp8 decode rows
+# beside bf16 (fp8/) and issue 18's d128 prefill rows beside FlashInfer and FA3 (prepeers/);
+# the last step gets what is left of BUDGET seconds from the script's start.
+closing_figures() {
+  local pkg=$1 peers=$2 dir=$3 budget=$4 d t
+  mkdir -p "$dir"
+  source tools/gpu/install_peers.sh "$peers" > "$dir/peers.txt" 2>&1
+  export PYTHONPATH="$CALL_PKGS/$pkg:$PWD/tests/python:$PWD:${PYTHONPATH:-}"
+  timeout 100 python3 tools/bench/overhead.py --device=cuda --issue_rows --iters=2000 \
+    --out_dir="$dir/overhead" > "$dir/overhead.log" 2>&1
+  log "overhead rc=$?"; cat "$dir/overhead/overhead.md" >> "$OUT/log.txt" 2>/dev/null
+  for d in 64 128; do
+    timeout 75 python3 tools/bench/invariant_cost.py --device=cuda --kinds=decode --head_dim=$d \
+      --rounds=2 > "$dir/inv$d.txt" 2>&1
+    log "inv d$d rc=$?"
+  done
+  t=$(left $(( budget - 155 )))
+  timeout "$t" python3 tools/bench/bench.py --device=cuda --shapes=full --noflex --max_gather_gb=0 \
+    --plot=false --only='^decode (24 x 4096|1 x 32768) d(64|128|256)$' --time_budget_s=$(( t - 20 )) \
+    --out_dir="$dir/fp8" > "$dir/fp8.log" 2>&1
+  log "fp8 decode bench rc=$?"
+  t=$(left "$budget")
+  timeout "$t" python3 tools/bench/bench.py --device=cuda --shapes=full --noflex --max_gather_gb=0 \
+    --plot=false --only='^prefill (4 x 4096|8 x 2048|1 x 16384) d128$' --time_budget_s=$(( t - 15 )) \
+    --out_dir="$dir/prepeers" > "$dir/prepeers.log" 2>&1
+  log "prefill+peers bench rc=$?"
 }
 
 if [[ -n "$1" ]]; then
