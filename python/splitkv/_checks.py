@@ -13,6 +13,7 @@ import numbers
 import sys
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor  # imported by `import torch` itself
 
 from splitkv import _splitkv
 
@@ -31,6 +32,15 @@ BACKENDS = {"cpu": _splitkv.Backend.cpu, "cuda": _splitkv.Backend.cuda}
 def fail(op, arg, problem, expected, got, fix=None, error=ValueError):
     message = f"{op}: {arg} {problem}: expected {expected}, got {got}"
     raise error(message + (f"; {fix}" if fix else ""))
+
+
+def traced(q):
+    """Whether a call must take its custom op (splitkv.ops) instead of raw addresses: under
+    torch.compile, or when q is a fake tensor (torch's FakeTensorMode, make_fx), which has
+    shapes but no storage to point at; the op's fake implementation then gives fake outputs.
+    A plain tensor costs one class test beside torch.compiler.is_compiling()."""
+    return torch.compiler.is_compiling() or (q.__class__ is not torch.Tensor
+                                             and isinstance(q, FakeTensor))
 
 
 def tensor(op, name, x):

@@ -9,9 +9,8 @@ paragraphs both operations share (sinks, batch_invariant, out, ...) live in _doc
 
 import dataclasses
 
-import torch
-
 from splitkv import _calls
+from splitkv import _checks
 from splitkv import _docs
 from splitkv import _splitkv
 from splitkv import ops
@@ -228,8 +227,9 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     >>> out, lse = splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, workspace,
     ...                                    return_lse=True)
     """
-    if torch.compiler.is_compiling():
-        # Raw pointers cannot be traced: under torch.compile take the custom op instead.
+    if _checks.traced(q):
+        # Raw pointers cannot be traced: under torch.compile (or over fake tensors) take the
+        # custom op instead.
         return ops.paged_attention(
             q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
             kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
@@ -402,7 +402,7 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
     >>> workspace = splitkv.Workspace(64 << 20, "cpu")
     >>> out = splitkv.ragged_attention(q, k, v, cu_seqlens, cu_seqlens, workspace)
     """
-    if torch.compiler.is_compiling():
+    if _checks.traced(q):
         return ops.ragged_attention(
             q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal, sm_scale=sm_scale,
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,

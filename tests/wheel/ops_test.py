@@ -558,3 +558,41 @@ def test_compiled_ops_on_cuda():
     harness.assert_close(out / 2.0, ref_out, p.dtype)
     harness.assert_lse_close(lse, ref_lse)
     harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("kind", ["paged", "ragged"])
+def test_fake_tensors_take_the_op(kind):
+    """Over fake tensors (torch's FakeTensorMode, as make_fx and shape propagation use) the
+    functions take the custom op, as under torch.compile: fake outputs of the real ones' shapes
+    and dtypes, the op in make_fx's graph, and nothing launched (the workspace, passed as the
+    traced function's input, keeps a zero counter region). Before, the call read the fake
+    tensors' addresses (0) and refused with "out overlaps q"."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    workspace = splitkv.Workspace(32 << 20)
+    if kind == "paged":
+        p = _paged_problem("cpu")
+        tensors = (p.q, p.kv_cache, p.block_tables, p.seq_lens)
+
+        def call(q, kv_cache, block_tables, seq_lens, ws):
+            return splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, ws, num_splits=4,
+                                           return_lse=True)
+    else:
+        r = _ragged_problem("cpu")
+        tensors = (r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv)
+
+        def call(q, k, v, cu_seqlens_q, cu_seqlens_kv, ws):
+            return splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, ws,
+                                            num_splits=3, return_lse=True)
+    q = tensors[0]
+    with FakeTensorMode() as mode:
+        fakes = [mode.from_tensor(x) for x in tensors + (workspace.tensor,)]
+        out, lse = call(*fakes)
+    assert isinstance(out, FakeTensor) and isinstance(lse, FakeTensor)
+    assert (out.shape, out.dtype) == (q.shape, q.dtype)
+    assert (lse.shape, lse.dtype) == (q.shape[:2], torch.float32)
+    graph = make_fx(call, tracing_mode="fake")(*tensors, workspace.tensor)
+    targets = [n.target for n in graph.graph.nodes if n.op == "call_function"]
+    assert getattr(torch.ops.splitkv, f"{kind}_attention").default in targets
+    harness.assert_counter_region_zero(workspace)
