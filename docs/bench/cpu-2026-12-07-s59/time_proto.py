@@ -3,8 +3,9 @@ lookup, on a tiny CPU paged call (1 x 16 keys, 4 heads, d64, float32, out= given
 
     g++ -O2 -shared -fPIC -std=c++17 -I<pybind11 include> -I<python include> \
         -I<torch>/include dlpack_exchange_proto.cc -o proto$(python3-config --extension-suffix)
-    PYTHONPATH=.:<cpu package> python3 time_proto.py
+    PYTHONPATH=.:<cpu package> python3 time_proto.py [cpu|cuda]
 """
+import sys
 import timeit
 
 import torch
@@ -13,12 +14,14 @@ import proto
 import splitkv
 from splitkv import _calls
 
-q = torch.randn(1, 4, 64)
-kv = torch.randn(4, 2, 4, 16, 64)
-bt = torch.zeros(1, 2, dtype=torch.int32)
-sl = torch.tensor([16], dtype=torch.int32)
+device = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+dtype = torch.float32 if device == "cpu" else torch.bfloat16
+q = torch.randn(1, 4, 64, dtype=dtype, device=device)
+kv = torch.randn(4, 2, 4, 16, 64, dtype=dtype, device=device)
+bt = torch.zeros(1, 2, dtype=torch.int32, device=device)
+sl = torch.tensor([16], dtype=torch.int32, device=device)
 out = torch.empty_like(q)
-ws = splitkv.Workspace(16 << 20)
+ws = splitkv.Workspace(16 << 20, device)
 view = _calls.workspace_view(ws)
 n = 200000
 
@@ -34,6 +37,7 @@ def lookup():
 
 
 splitkv.paged_attention(q, kv, bt, sl, ws, out=out)
+print(device, torch.__version__, torch.cuda.get_device_name() if device == "cuda" else "")
 for name, f in [("python key", py_key), ("python lookup", lookup),
                 ("dlpack meta x5", lambda: proto.meta(q, kv, bt, sl, out)),
                 ("call overhead", lambda: proto.meta())]:
