@@ -43,6 +43,29 @@ def traced(q):
                                              and isinstance(q, FakeTensor))
 
 
+_functorch = getattr(torch._C, "_functorch", None)
+
+
+def not_transformed(op, **arguments):
+    """Raises TypeError naming the first tensor among ``arguments`` (a tensor, a (k, v) pair
+    or None each) that a torch.func transform (vmap, grad, jvp) wraps: such a tensor has no
+    storage to point at, and the calls have neither a batching rule nor a derivative. The
+    functions call it only once a call has failed with torch's RuntimeError (a wrapped
+    tensor's data_ptr() raises one), so a valid call pays nothing for it."""
+    if _functorch is None:
+        return
+    for name, value in arguments.items():
+        for x in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(x, torch.Tensor) and _functorch.is_functorch_wrapped_tensor(x):
+                fail(op, name, "is wrapped by a torch.func transform",
+                     "a plain tensor with storage",
+                     "a batched tensor (torch.func.vmap)" if _functorch.is_batchedtensor(x)
+                     else "a tensor of torch.func.grad, jvp or another transform",
+                     "call splitkv outside torch.func transforms: batch requests along q's "
+                     "first dimension (block_tables / cu_seqlens) instead of vmap; the calls "
+                     "have no derivative", error=TypeError)
+
+
 def tensor(op, name, x):
     if not isinstance(x, torch.Tensor):
         fail(op, name, "has the wrong type", "a torch.Tensor", type(x).__name__, error=TypeError)

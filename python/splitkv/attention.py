@@ -236,10 +236,16 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
             logits_soft_cap=logits_soft_cap, num_splits=num_splits, return_lse=return_lse,
             out=out, max_q_len=max_q_len, batch_invariant=batch_invariant, sinks=sinks,
             k_scale=k_scale, v_scale=v_scale, kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
-    out, lse = _calls.paged_call(
-        _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
-        sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-        batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
+    try:
+        out, lse = _calls.paged_call(
+            _PAGED, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
+            sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
+            max_q_len, batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
+    except RuntimeError:  # torch's, from a tensor without storage: name a torch.func one
+        _checks.not_transformed(_PAGED, q=q, kv_cache=kv_cache, block_tables=block_tables,
+                                seq_lens=seq_lens, cu_seqlens_q=cu_seqlens_q, out=out,
+                                sinks=sinks, kv_offsets=kv_offsets, full_seq_lens=full_seq_lens)
+        raise
     return (out, lse) if return_lse else out
 
 
@@ -408,10 +414,15 @@ def ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, *, causal=
             window_left=window_left, logits_soft_cap=logits_soft_cap, num_splits=num_splits,
             return_lse=return_lse, out=out, max_q_len=max_q_len, batch_invariant=batch_invariant,
             sinks=sinks, k_scale=k_scale, v_scale=v_scale)
-    out, lse = _calls.ragged_call(
-        _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-        logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant, sinks, k_scale,
-        v_scale)
+    try:
+        out, lse = _calls.ragged_call(
+            _RAGGED, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale,
+            window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
+            batch_invariant, sinks, k_scale, v_scale)
+    except RuntimeError:  # torch's, from a tensor without storage: name a torch.func one
+        _checks.not_transformed(_RAGGED, q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q,
+                                cu_seqlens_kv=cu_seqlens_kv, out=out, sinks=sinks)
+        raise
     return (out, lse) if return_lse else out
 
 

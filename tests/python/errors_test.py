@@ -349,3 +349,44 @@ def test_plan_refuses_like_the_call(device):
                        r"for num_splits=4, got 8388608"):
         problem.plan(small, num_splits=4)
     assert problem.plan(small).num_splits == 1
+
+
+_TRANSFORMED = {
+    # (kind, the wrapped argument, how torch.func wraps it, what the message says it got)
+    "paged_vmap_q": ("paged", "q", "vmap", "a batched tensor (torch.func.vmap)"),
+    "paged_vmap_kv_cache": ("paged", "kv_cache", "vmap", "a batched tensor (torch.func.vmap)"),
+    "paged_grad_q": ("paged", "q", "grad",
+                     "a tensor of torch.func.grad, jvp or another transform"),
+    "ragged_vmap_k": ("ragged", "k", "vmap", "a batched tensor (torch.func.vmap)"),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(_TRANSFORMED))
+def test_torch_func_transforms_are_refused_by_name(device, case):
+    # A tensor that vmap, grad or jvp wraps has no storage: before, the call failed inside
+    # torch ("Cannot access data pointer of Tensor that doesn't have storage"), naming no
+    # argument. Twice: the second call reaches the per-call path of a cached layout.
+    harness.require(device)
+    kind, name, transform, got = _TRANSFORMED[case]
+    problem, expected = _valid(device, kind)
+    workspace = harness.shared_workspace(device)
+    call = _paged_call if kind == "paged" else _ragged_call
+    call(problem, workspace)  # the layout is cached: the wrapped call takes the per-call path
+    value = getattr(problem, name)
+    if transform == "vmap":
+        run = torch.func.vmap(lambda x: call(problem, workspace, **{name: x}))
+        batch = value.unsqueeze(0).expand((2,) + value.shape)
+    else:
+        run = torch.func.grad(lambda x: call(problem, workspace, **{name: x}).sum())
+        batch = value.clone()
+    for _ in range(2):
+        with pytest.raises(TypeError) as caught:
+            run(batch)
+        assert str(caught.value) == (
+            f"{kind}_attention: {name} is wrapped by a torch.func transform: expected a plain "
+            f"tensor with storage, got {got}; call splitkv outside torch.func transforms: "
+            f"batch requests along q's first dimension (block_tables / cu_seqlens) instead of "
+            f"vmap; the calls have no derivative")
+        harness.assert_counter_region_zero(workspace)
+    harness.assert_close(call(problem, workspace), expected, _DTYPE)
