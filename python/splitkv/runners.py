@@ -202,7 +202,7 @@ class PagedAttentionRunner:
         block_tables, seq_lens, workspace, cu_seqlens_q, kv_offsets, full_seq_lens = self._fixed
         (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse,
          max_q_len, batch_invariant) = self._options
-        if torch.compiler.is_compiling():
+        if _checks.traced(q):
             return ops.paged_attention(
                 q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q=cu_seqlens_q,
                 kv_layout=kv_layout, sm_scale=sm_scale, causal=causal, window_left=window_left,
@@ -217,17 +217,22 @@ class PagedAttentionRunner:
             entry = self._layouts.get(key)
         except Exception:  # noqa: BLE001 - the full path says what is wrong
             key = entry = None
-        hit = None if entry is None else _still_valid(entry, workspace, self._present)
-        if hit is not None:
-            ran = _calls.launch_paged_layout(_calls.PAGED, *hit, q, kv_cache, block_tables,
-                                             seq_lens, workspace, cu_seqlens_q, return_lse, out,
-                                             sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
-            if ran is not None:
-                return ran if return_lse else ran[0]
-        args = (q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout, sm_scale,
-                causal, window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
-                batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
-        result, lse = _calls.paged_call(_calls.PAGED, *args)
+        try:
+            hit = None if entry is None else _still_valid(entry, workspace, self._present)
+            if hit is not None:
+                ran = _calls.launch_paged_layout(_calls.PAGED, *hit, q, kv_cache, block_tables,
+                                                 seq_lens, workspace, cu_seqlens_q, return_lse, out,
+                                                 sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
+                if ran is not None:
+                    return ran if return_lse else ran[0]
+            args = (q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
+                    sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
+                    max_q_len, batch_invariant, sinks, k_scale, v_scale, kv_offsets,
+                    full_seq_lens)
+            result, lse = _calls.paged_call(_calls.PAGED, *args)
+        except RuntimeError:  # torch's, from a tensor without storage: name a torch.func one
+            _checks.not_transformed(_calls.PAGED, q=q, kv_cache=kv_cache, out=out, sinks=sinks)
+            raise
         if key is not None:
             _keep(self._layouts, key, _calls.paged_layout(*args), self._present, workspace)
         return (result, lse) if return_lse else result
@@ -277,7 +282,7 @@ class RaggedAttentionRunner:
         cu_seqlens_q, cu_seqlens_kv, workspace = self._fixed
         (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse, max_q_len,
          batch_invariant) = self._options
-        if torch.compiler.is_compiling():
+        if _checks.traced(q):
             return ops.ragged_attention(
                 q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal=causal,
                 sm_scale=sm_scale, window_left=window_left, logits_soft_cap=logits_soft_cap,
@@ -290,17 +295,21 @@ class RaggedAttentionRunner:
             entry = self._layouts.get(key)
         except Exception:  # noqa: BLE001 - the full path says what is wrong
             key = entry = None
-        hit = None if entry is None else _still_valid(entry, workspace, self._present)
-        if hit is not None:
-            ran = _calls.launch_ragged_layout(_calls.RAGGED, *hit, q, k, v, cu_seqlens_q,
-                                              cu_seqlens_kv, workspace, return_lse, out, sinks,
-                                              k_scale, v_scale)
-            if ran is not None:
-                return ran if return_lse else ran[0]
-        args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
-                logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant, sinks,
-                k_scale, v_scale)
-        result, lse = _calls.ragged_call(_calls.RAGGED, *args)
+        try:
+            hit = None if entry is None else _still_valid(entry, workspace, self._present)
+            if hit is not None:
+                ran = _calls.launch_ragged_layout(_calls.RAGGED, *hit, q, k, v, cu_seqlens_q,
+                                                  cu_seqlens_kv, workspace, return_lse, out, sinks,
+                                                  k_scale, v_scale)
+                if ran is not None:
+                    return ran if return_lse else ran[0]
+            args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
+                    logits_soft_cap, num_splits, return_lse, out, max_q_len, batch_invariant, sinks,
+                    k_scale, v_scale)
+            result, lse = _calls.ragged_call(_calls.RAGGED, *args)
+        except RuntimeError:  # torch's, from a tensor without storage: name a torch.func one
+            _checks.not_transformed(_calls.RAGGED, q=q, k=k, v=v, out=out, sinks=sinks)
+            raise
         if key is not None:
             _keep(self._layouts, key, _calls.ragged_layout(*args), self._present, workspace)
         return (result, lse) if return_lse else result

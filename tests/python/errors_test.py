@@ -361,17 +361,36 @@ _TRANSFORMED = {
 }
 
 
+def _runner_call(kind, problem, workspace):
+    """A call through a runner bound to `problem`'s fixed arguments, with _paged_call's /
+    _ragged_call's signature (only the tensors run() takes may be replaced)."""
+    if kind == "paged":
+        runner = splitkv.PagedAttentionRunner(workspace, problem.block_tables, problem.seq_lens,
+                                              cu_seqlens_q=problem.cu_seqlens_q,
+                                              kv_layout=problem.kv_layout)
+        return lambda p, ws, **changes: runner.run(changes.get("q", p.q),
+                                                   changes.get("kv_cache", p.kv_cache))
+    runner = splitkv.RaggedAttentionRunner(workspace, problem.cu_seqlens_q, problem.cu_seqlens_kv)
+    return lambda p, ws, **changes: runner.run(changes.get("q", p.q), changes.get("k", p.k),
+                                               changes.get("v", p.v))
+
+
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("through", ["function", "runner"])
 @pytest.mark.parametrize("case", list(_TRANSFORMED))
-def test_torch_func_transforms_are_refused_by_name(device, case):
+def test_torch_func_transforms_are_refused_by_name(device, case, through):
     # A tensor that vmap, grad or jvp wraps has no storage: before, the call failed inside
     # torch ("Cannot access data pointer of Tensor that doesn't have storage"), naming no
-    # argument. Twice: the second call reaches the per-call path of a cached layout.
+    # argument. Twice: the second call reaches the per-call path of a cached layout. A
+    # runner's run() refuses as the function does.
     harness.require(device)
     kind, name, transform, got = _TRANSFORMED[case]
     problem, expected = _valid(device, kind)
     workspace = harness.shared_workspace(device)
-    call = _paged_call if kind == "paged" else _ragged_call
+    if through == "runner":
+        call = _runner_call(kind, problem, workspace)
+    else:
+        call = _paged_call if kind == "paged" else _ragged_call
     call(problem, workspace)  # the layout is cached: the wrapped call takes the per-call path
     value = getattr(problem, name)
     if transform == "vmap":

@@ -560,13 +560,14 @@ def test_compiled_ops_on_cuda():
     harness.assert_counter_region_zero(workspace)
 
 
+@pytest.mark.parametrize("through", ["function", "runner"])
 @pytest.mark.parametrize("kind", ["paged", "ragged"])
-def test_fake_tensors_take_the_op(kind):
+def test_fake_tensors_take_the_op(kind, through):
     """Over fake tensors (torch's FakeTensorMode, as make_fx and shape propagation use) the
-    functions take the custom op, as under torch.compile: fake outputs of the real ones' shapes
-    and dtypes, the op in make_fx's graph, and nothing launched (the workspace, passed as the
-    traced function's input, keeps a zero counter region). Before, the call read the fake
-    tensors' addresses (0) and refused with "out overlaps q"."""
+    functions and a runner's run() take the custom op, as under torch.compile: fake outputs of
+    the real ones' shapes and dtypes, the op in make_fx's graph, and nothing launched (the
+    workspace, passed as the traced function's input, keeps a zero counter region). Before,
+    the call read the fake tensors' addresses (0) and refused with "out overlaps q"."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -576,6 +577,9 @@ def test_fake_tensors_take_the_op(kind):
         tensors = (p.q, p.kv_cache, p.block_tables, p.seq_lens)
 
         def call(q, kv_cache, block_tables, seq_lens, ws):
+            if through == "runner":
+                return splitkv.PagedAttentionRunner(ws, block_tables, seq_lens, num_splits=4,
+                                                    return_lse=True).run(q, kv_cache)
             return splitkv.paged_attention(q, kv_cache, block_tables, seq_lens, ws, num_splits=4,
                                            return_lse=True)
     else:
@@ -583,6 +587,9 @@ def test_fake_tensors_take_the_op(kind):
         tensors = (r.q, r.k, r.v, r.cu_seqlens_q, r.cu_seqlens_kv)
 
         def call(q, k, v, cu_seqlens_q, cu_seqlens_kv, ws):
+            if through == "runner":
+                return splitkv.RaggedAttentionRunner(ws, cu_seqlens_q, cu_seqlens_kv,
+                                                     num_splits=3, return_lse=True).run(q, k, v)
             return splitkv.ragged_attention(q, k, v, cu_seqlens_q, cu_seqlens_kv, ws,
                                             num_splits=3, return_lse=True)
     q = tensors[0]

@@ -112,8 +112,8 @@ __device__ __forceinline__ void StoreFloats(float* dst, const float (&v)[kElems]
 }
 
 // The attention sink's part in a finished row (DESIGN.md Semantics): the row has max logit
-// `m` and sum of exp(logit - m) `l` (seen: l != 0, RowSeen). Returns `keep`, the factor applied to the
-// row's l-normalised output (1 when p.sinks is null), and sets `lse` (left as given when
+// `m` and sum of exp(logit - m) `l` (seen: RowSeen, below). Returns `keep`, the factor applied
+// to the row's l-normalised output (1 when p.sinks is null), and sets `lse` (left as given when
 // p.sinks is null; the sink when the row saw no key). The sink adds exp(sink) to the
 // denominator once; both terms are taken relative to max(m, sink), so a sink far above or
 // below the logits neither overflows nor gives NaN. Called only where a row's final result
