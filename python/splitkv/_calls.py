@@ -11,10 +11,12 @@ The shared core of :mod:`splitkv.attention` (the eager functions and the plan ob
   kv_offsets and full_seq_lens included, its options and its workspace's) passed the full
   path before reuses that path's params as a template (a C++ `PagedTemplate` /
   `RaggedTemplate`) and only supplies its addresses (one C++ call, the template's `launch`,
-  which runs every C++ check again). What depends on the addresses is checked on every
-  call, by that C++ call before it launches: a caller's `out` or the workspace sharing bytes
-  with another tensor sends the call to the full path, which refuses it with its own
-  message. Index values (CPU) and the counters are the C++ launcher's, on every call.
+  which runs every C++ check again). The tensors' part of a layout's key is read in C++
+  through torch's DLPack exchange table (tensor_reader.h: torch 2.10 and later; plain
+  tensors only), else built from their Python attributes. What depends on the addresses is
+  checked on every call, by that C++ call before it launches: a caller's `out` or the
+  workspace sharing bytes with another tensor sends the call to the full path, which
+  refuses it with its own message. Index values (CPU) and the counters are the C++ launcher's, on every call.
 
 Both paths launch the same work with the same params; only the host time differs.
 """
@@ -534,9 +536,15 @@ def out_key(out):
     refuses it) for an out torch forbids writing in place."""
     if out is None:
         return None
-    if not _checks.out_writable(out):
-        raise ValueError("out not writable in place")
+    writable(out)
     return value_signature(out)
+
+
+def writable(out):
+    """Raises for a caller's out torch forbids writing in place: no key, so the call takes
+    the full path, which refuses it with its message."""
+    if out is not None and not _checks.out_writable(out):
+        raise ValueError("out not writable in place")
 
 
 def written(out):
@@ -566,6 +574,55 @@ def kv_cache_key(kv_cache):
         return (len(kv_cache),) + tuple(value_signature(x) for x in kv_cache)
     return (kv_cache.__class__, kv_cache.shape, kv_cache.stride(), kv_cache.dtype,
             kv_cache.device, kv_cache.is_neg())
+
+
+# Keys read in C++ (python/splitkv/tensor_reader.h): the tensors' layouts as one bytes
+# object, read through torch's DLPack exchange table in well under a microsecond, where the
+# Python key below takes several. Off (None) before torch 2.10: then only the Python key.
+_read_layouts = _splitkv.LayoutKey if _splitkv.InitTensorReader() is not None else None
+
+
+def _scale_key(k_scale, v_scale):
+    """(the per-head scale tensors for LayoutKey, the key's part for float scales): a float
+    scale's value and type (True == 1.0 in a hash), a tensor's layout in the bytes."""
+    if k_scale is None and v_scale is None:
+        return (None, None), None
+    tensors = tuple(s if isinstance(s, torch.Tensor) else None for s in (k_scale, v_scale))
+    return tensors, (None if tensors[0] is not None else k_scale, k_scale.__class__,
+                     None if tensors[1] is not None else v_scale, v_scale.__class__)
+
+
+def _paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
+                    options, sinks, k_scale, v_scale, kv_offsets, full_seq_lens):
+    """The paged key from LayoutKey, or None when it cannot read every tensor (a subclass, a
+    negated view, ...: the Python key then holds what the full path must see)."""
+    if _read_layouts is None:
+        return None
+    container = kv_cache.__class__
+    if container is tuple or container is list:
+        k, v = kv_cache
+    else:
+        k, v = kv_cache, None  # a 5-D cache; a pair's v is never None (container differs)
+    scales, scale_values = _scale_key(k_scale, v_scale)
+    tensors = _read_layouts(q, k, v, block_tables, seq_lens, cu_seqlens_q, out, sinks,
+                            kv_offsets, full_seq_lens, *scales)
+    if tensors is None:
+        return None
+    writable(out)
+    return (PAGED, tensors, container, workspace_signature, options, scale_values)
+
+
+def _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options,
+                     sinks, k_scale, v_scale):
+    """As _paged_read_key, for a ragged call."""
+    if _read_layouts is None:
+        return None
+    scales, scale_values = _scale_key(k_scale, v_scale)
+    tensors = _read_layouts(q, k, v, cu_seqlens_q, cu_seqlens_kv, out, sinks, *scales)
+    if tensors is None:
+        return None
+    writable(out)
+    return (RAGGED, tensors, workspace_signature, options, scale_values)
 
 
 def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
@@ -612,10 +669,13 @@ def _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, 
     # (tensor_signature), their addresses per call.
     try:
         view = workspace_view(workspace)
-        key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
-                         _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
-                                     num_splits, return_lse, max_q_len, batch_invariant),
-                         extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens))
+        options = _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
+                              num_splits, return_lse, max_q_len, batch_invariant)
+        key = _paged_read_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
+                              options, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
+        if key is None:
+            key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
+                             options, extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens))
         return view, key, _layouts.get(key)
     except Exception:  # noqa: BLE001 - not tensors, sparse ones, unhashable options: the
         return None, None, None  # full path checks them and says what is wrong
@@ -715,10 +775,13 @@ def _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_s
     """As _paged_lookup, for a ragged call."""
     try:
         view = workspace_view(workspace)
-        key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out,
-                          _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
-                                      return_lse, max_q_len, batch_invariant),
-                          extras(sinks, k_scale, v_scale))
+        options = _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
+                              return_lse, max_q_len, batch_invariant)
+        key = _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
+                               sinks, k_scale, v_scale)
+        if key is None:
+            key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
+                              extras(sinks, k_scale, v_scale))
         return view, key, _layouts.get(key)
     except Exception:  # noqa: BLE001 - as in _paged_lookup
         return None, None, None

@@ -23,6 +23,7 @@
 #include "cc/splitkv/split_plan.h"
 #include "cc/splitkv/stream_order.h"
 #include "cc/splitkv/workspace_layout.h"
+#include "python/splitkv/tensor_reader.h"
 
 namespace py = pybind11;
 
@@ -443,6 +444,36 @@ void BindLaunchers(py::module_& m) {
 }
 
 // MergeStates from addresses and strides, one call (merge.py builds no params object).
+// ---- layout keys (python/splitkv/_calls.py's cache), read through torch's DLPack table ----
+
+TensorReader tensor_reader;  // written once, by InitTensorReader, under the GIL
+
+// LayoutKey(*objects): bytes naming the layouts of `objects` (None or plain tensors, in
+// order), or None when any one cannot be read here (TensorReader::AppendKey) or the reader
+// is off. A raw METH_FASTCALL function: pybind11's dispatch would cost a third of the work.
+PyObject* LayoutKey(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  thread_local std::string key;
+  key.clear();
+  if (!tensor_reader.on()) Py_RETURN_NONE;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (!tensor_reader.AppendKey(args[i], key)) Py_RETURN_NONE;
+  }
+  return PyBytes_FromStringAndSize(key.data(), static_cast<Py_ssize_t>(key.size()));
+}
+
+PyMethodDef layout_key_def = {"LayoutKey", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&LayoutKey)),
+                              METH_FASTCALL, "Layout key of tensors (internal: splitkv._calls)."};
+
+void BindTensorReader(py::module_& m) {
+  // Call once torch is imported: the DLPack table's (major, minor) version, or None when the
+  // reader stays off (then LayoutKey always returns None).
+  m.def("InitTensorReader", []() -> py::object {
+    if (!tensor_reader.Init()) return py::none();
+    return py::make_tuple(tensor_reader.version().major, tensor_reader.version().minor);
+  });
+  m.add_object("LayoutKey", py::reinterpret_steal<py::object>(PyCFunction_New(&layout_key_def, nullptr)));
+}
+
 void BindMerge(py::module_& m) {
   m.def(
       "MergeStates",
@@ -490,4 +521,5 @@ PYBIND11_MODULE(_splitkv, m) {
   splitkv::BindRaggedParams(m);
   splitkv::BindLaunchers(m);
   splitkv::BindMerge(m);
+  splitkv::BindTensorReader(m);
 }

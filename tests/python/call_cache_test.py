@@ -273,3 +273,117 @@ def test_cached_ragged_layout_refuses_a_tensor_whose_storage_was_freed(device, w
                                          f"pointer, got null$"):
         problem.run(workspace, **options)
     harness.assert_counter_region_zero(workspace)
+
+
+_reader = pytest.mark.skipif(_calls._read_layouts is None,
+                             reason="torch publishes no DLPack exchange table (torch < 2.10)")
+
+
+def test_layouts_are_read_in_cpp_when_torch_publishes_its_dlpack_table():
+    # The table is torch's (2.10 and later); with it the per-call keys must come from C++
+    # (tensor_reader.h), the reason the table is read at all.
+    published = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    assert (_calls._read_layouts is not None) == published
+
+
+@_reader
+@pytest.mark.parametrize("device", DEVICES)
+def test_layout_key_names_every_tensor_property_the_full_path_checks(device):
+    harness.require(device)
+    key = _calls._read_layouts
+    x = torch.randn(6, 4, 8, device=device, dtype=_DTYPE)
+    # The same layout in other memory (a key never holds addresses or values).
+    assert key(x, None) == key(torch.ones(6, 4, 8, device=device, dtype=_DTYPE), None)
+    base = key(x, None)
+    assert isinstance(base, bytes)
+    differs = {
+        "dtype": key(x.to(torch.bfloat16), None),
+        "fp8": key(x.to(torch.float8_e4m3fn), None),
+        "shape": key(x[:5], None),
+        "strides": key(torch.randn(4, 6, 8, device=device, dtype=_DTYPE).transpose(0, 1), None),
+        "rank": key(x.view(6, 32), None),
+        "absent vs present": key(x, x),
+        "order": key(None, x),
+    }
+    if device == "cuda":
+        differs["device"] = key(x.cpu(), None)
+    for name, other in differs.items():
+        assert other is not None and other != base, name
+    assert key(torch.zeros(3, dtype=torch.int32, device=device)) is not None
+    # Anything the key cannot name sends the call to the Python key (None): a subclass,
+    # a negated view, a tensor without storage, a dtype no call takes, a non-tensor.
+    refused = {
+        "subclass": torch.nn.Parameter(x, requires_grad=False),
+        "negated view": torch._neg_view(x),
+        "sparse": x.to_sparse(),
+        "int64": torch.zeros(3, dtype=torch.int64, device=device),
+        "float64": x.double(),
+        "bool": torch.zeros(3, dtype=torch.bool, device=device),
+        "float8_e5m2": x.to(torch.float8_e5m2),
+        "meta": torch.empty(6, 4, 8, device="meta", dtype=_DTYPE),
+        "a float": 1.0,
+        "a list": [x],
+    }
+    for name, value in refused.items():
+        assert key(x, value) is None, name
+    # No Python error is left behind by a refused read.
+    assert key(x, None) == base
+
+
+@_reader
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_tensors_of_a_known_layout_take_the_per_call_path(device, monkeypatch):
+    # Each call's tensors are new (a serving step's q, out): the key reads their layouts, so
+    # only the first call of each layout takes the full path, and every call's result is
+    # bitwise the full path's for its own tensors.
+    harness.require(device)
+    counts = _counting_full_path(monkeypatch)
+    workspace = harness.shared_workspace(device)
+    for kv_form in ("5d", "pair"):
+        problem = harness.make_paged([40, 17, 64], page_size=16, group=2, dtype=_DTYPE,
+                                     device=device, kv_form=kv_form)
+        g = torch.Generator().manual_seed(5)
+        qs = [torch.randn(problem.q.shape, generator=g).to(device, _DTYPE) for _ in range(3)]
+        counts["full"] = 0
+        _calls._layouts.clear()
+        cached = [splitkv.paged_attention(q, problem.kv_cache, problem.block_tables,
+                                          problem.seq_lens, workspace, out=torch.empty_like(q))
+                  for q in qs]
+        assert counts["full"] == 1, kv_form
+        for q, got in zip(qs, cached):
+            _calls._layouts.clear()
+            full = splitkv.paged_attention(q, problem.kv_cache, problem.block_tables,
+                                           problem.seq_lens, workspace)
+            assert torch.equal(got, full), kv_form
+        # The same tensors as a list instead of a tuple: another key, the same result.
+        if kv_form == "pair":
+            counts["full"] = 0
+            listed = splitkv.paged_attention(qs[0], list(problem.kv_cache), problem.block_tables,
+                                             problem.seq_lens, workspace)
+            assert counts["full"] == 1 and torch.equal(listed, cached[0])
+    ragged = harness.make_ragged([9, 30], [40, 30], group=2, dtype=_DTYPE, device=device)
+    counts["full"] = 0
+    first = ragged.run(workspace)
+    second = splitkv.ragged_attention(ragged.q.clone(), ragged.k.clone(), ragged.v.clone(),
+                                      ragged.cu_seqlens_q.clone(), ragged.cu_seqlens_kv.clone(),
+                                      workspace)
+    assert counts["full"] == 1 and torch.equal(first, second)
+    harness.assert_counter_region_zero(workspace)
+
+
+@_reader
+def test_float_scale_types_are_part_of_the_layout():
+    # A float scale is the template's value: 2.0 then True (== 1.0 in a hash) must not share
+    # a layout; True is refused as it is on the full path.
+    problem = harness.make_paged([40], page_size=16, dtype=torch.bfloat16)
+    workspace = harness.shared_workspace("cpu")
+    cache = problem.kv_cache.to(torch.float8_e4m3fn)
+    args = (problem.q, cache, problem.block_tables, problem.seq_lens, workspace)
+    one = splitkv.paged_attention(*args, k_scale=1.0, v_scale=1.0)
+    two = splitkv.paged_attention(*args, k_scale=2.0, v_scale=1.0)
+    assert not torch.equal(one, two)
+    _calls._layouts.clear()
+    assert torch.equal(two, splitkv.paged_attention(*args, k_scale=2.0, v_scale=1.0))
+    splitkv.paged_attention(*args, k_scale=1.0, v_scale=1.0)
+    with pytest.raises(TypeError, match="k_scale"):
+        splitkv.paged_attention(*args, k_scale=True, v_scale=1.0)

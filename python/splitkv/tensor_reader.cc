@@ -1,0 +1,103 @@
+#include "python/splitkv/tensor_reader.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace splitkv {
+namespace {
+
+// New references to torch.Tensor and its attribute `name`, or false with no error set.
+bool TensorAttribute(const char* name, PyObject** tensor_type, PyObject** attribute) {
+  PyObject* torch = PyImport_ImportModule("torch");
+  *tensor_type = torch != nullptr ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
+  Py_XDECREF(torch);
+  *attribute = *tensor_type != nullptr ? PyObject_GetAttrString(*tensor_type, name) : nullptr;
+  if (*attribute == nullptr) {
+    Py_XDECREF(*tensor_type);
+    PyErr_Clear();
+    return false;
+  }
+  return true;
+}
+
+// The dtypes of a call's tensors: q / out (float16, bfloat16, float32), K/V (those or
+// float8_e4m3fn), index tensors (int32), sinks and per-head scales (float32).
+bool CallDtype(const dlpack::DataType& t) {
+  if (t.lanes != 1) return false;
+  switch (t.code) {
+    case dlpack::kInt:
+      return t.bits == 32;
+    case dlpack::kFloat:
+      return t.bits == 16 || t.bits == 32;
+    case dlpack::kBfloat:
+      return t.bits == 16;
+    case dlpack::kFloat8E4m3fn:
+      return t.bits == 8;
+    default:
+      return false;
+  }
+}
+
+template <typename T>
+void Append(std::string& key, const T& value) {
+  key.append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+}  // namespace
+
+bool TensorReader::Init() {
+  if (on()) return true;
+  PyObject *tensor_type, *table, *unused, *is_neg;
+  if (!TensorAttribute("__dlpack_c_exchange_api__", &tensor_type, &table)) return false;
+  const auto* api = static_cast<const dlpack::ExchangeApi*>(PyCapsule_GetPointer(table, "dlpack_exchange_api"));
+  Py_DECREF(table);
+  const bool ok = TensorAttribute("is_neg", &unused, &is_neg);
+  if (ok) Py_DECREF(unused);
+  // The table's layout is DLPack 1.x's from minor version 2 on (the first with it).
+  if (api == nullptr || !ok || api->version.major != 1 || api->version.minor < 2 ||
+      api->tensor_from_object == nullptr) {
+    PyErr_Clear();
+    Py_DECREF(tensor_type);
+    if (ok) Py_DECREF(is_neg);
+    return false;
+  }
+  // Both stay referenced for the life of the process (the table lives as long as torch).
+  tensor_type_ = reinterpret_cast<PyTypeObject*>(tensor_type);
+  is_neg_ = is_neg;
+  version_ = api->version;
+  api_ = api;
+  return true;
+}
+
+bool TensorReader::AppendKey(PyObject* object, std::string& key) const {
+  if (object == Py_None) {
+    key.push_back('\0');
+    return true;
+  }
+  if (Py_TYPE(object) != tensor_type_) return false;
+  dlpack::Tensor t;
+  if (api_->tensor_from_object(object, &t) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  if ((t.device.device_type != dlpack::kCpu && t.device.device_type != dlpack::kCuda) || !CallDtype(t.dtype) ||
+      t.ndim < 0 || (t.ndim > 0 && (t.shape == nullptr || t.strides == nullptr))) {
+    return false;
+  }
+  PyObject* negated = PyObject_CallOneArg(is_neg_, object);
+  if (negated != Py_False) {  // True, or an error: the Python key decides
+    Py_XDECREF(negated);
+    PyErr_Clear();
+    return false;
+  }
+  Py_DECREF(negated);
+  key.push_back('\1');
+  Append(key, t.ndim);
+  Append(key, t.dtype);
+  Append(key, t.device);
+  key.append(reinterpret_cast<const char*>(t.shape), sizeof(int64_t) * t.ndim);
+  key.append(reinterpret_cast<const char*>(t.strides), sizeof(int64_t) * t.ndim);
+  return true;
+}
+
+}  // namespace splitkv
