@@ -32,6 +32,12 @@ from splitkv import workspace as workspace_module
 from splitkv.workspace import Workspace
 from splitkv.workspace import tensor_signature
 
+# Keys read in C++ (python/splitkv/tensor_reader.h): the tensors' layouts as one bytes
+# object, read through torch's DLPack exchange table in well under a microsecond, where the
+# Python key takes several; the templates' launch asks the same table for the current
+# stream. Off (None) before torch 2.10: then the Python key and torch's stream query.
+_read_layouts = _splitkv.LayoutKey if _splitkv.InitTensorReader() is not None else None
+
 PAGED = "paged_attention"
 RAGGED = "ragged_attention"
 KV_LAYOUTS = ("HND", "NHD")
@@ -425,12 +431,13 @@ class _Layout:
     the call's tensors, for the overlap checks; `launch` is its bound launch), and what a call
     of this layout needs besides addresses (the shapes of new outputs, where the work runs)."""
 
-    __slots__ = ("launch", "max_q_len", "out_shape", "lse_shape", "cuda", "device", "v_offset",
-                 "host_max_q_len", "q_contiguous", "plain_q")
+    __slots__ = ("launch", "launch_read", "max_q_len", "out_shape", "lse_shape", "cuda", "device",
+                 "v_offset", "host_max_q_len", "q_contiguous", "plain_q")
 
-    def __init__(self, template, params, q, operands, max_q_len, cu_seqlens_q):
+    def __init__(self, template, params, q, operands, max_q_len, cu_seqlens_q, v_offset=None):
         # Extents in the order the call passes the addresses: the inputs, then out.
-        self.launch = template(params, [_extent(x) for x in operands]).launch
+        made = template(params, [_extent(x) for x in operands], v_offset)
+        self.launch, self.launch_read = made.launch, made.launch_read
         self.max_q_len = params.max_q_len
         self.out_shape = tuple(q.shape)
         # A new out is contiguous (the template's out strides): empty_like(q) makes one
@@ -440,7 +447,7 @@ class _Layout:
         self.lse_shape = tuple(q.shape[:2])
         self.device = q.device
         self.cuda = q.device.type == "cuda"
-        self.v_offset = None
+        self.v_offset = v_offset
         # max_q_len left to the call: computed from cu_seqlens_q on the host (by the C++
         # binding on the CPU, where it is free; with a sync on CUDA, as the full path does).
         self.host_max_q_len = max_q_len is None and cu_seqlens_q is not None
@@ -460,31 +467,42 @@ def workspace_view(workspace):
     return (workspace, tensor_signature(workspace), None, None, None, None)
 
 
-def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
-    """Launches a call of `layout` from its addresses (the inputs, out, lse), holding the
-    workspace. False, having launched nothing, when out or the workspace shares bytes with
-    another tensor of the call: the full path then refuses it with its message."""
+def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale, read=None):
+    """Launches a call of `layout` from its addresses (the inputs, out, lse), or from `read`
+    ((LayoutKey's result, out's address, lse's): the scales' addresses are in it), holding
+    the workspace. False, having launched nothing, when out or the workspace shares bytes
+    with another tensor of the call: the full path then refuses it with its message."""
     buffer, _, c_workspace, busy, order, _ = view
     if c_workspace is None:  # a user's tensor: no cached view
         c_workspace = workspace_module.c_workspace(workspace, buffer)
         busy = workspace_module.busy_key(buffer)
         order = workspace_module.stream_order(busy, buffer.device)
-    scales = _NO_SCALES if k_scale is None and v_scale is None else _scale_addresses(k_scale, v_scale)
+    if read is None:
+        scales = (_NO_SCALES if k_scale is None and v_scale is None
+                  else _scale_addresses(k_scale, v_scale))
     workspace_module.acquire(op, busy)
     try:
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "before")
         if not layout.cuda:
-            if not layout.launch(*addresses, c_workspace, 0, -1, max_q_len, *scales, None):
+            if read is not None:
+                if not layout.launch_read(*read, c_workspace, 0, -1, max_q_len, None):
+                    return False
+            elif not layout.launch(*addresses, c_workspace, 0, -1, max_q_len, *scales, None):
                 return False
         else:
             # The C++ call makes the tensors' device current for the launch (and back), and
             # runs the stream order (wait for the workspace's last launch on another stream,
             # record this one) around it.
             index = layout.device.index
-            if not layout.launch(*addresses, c_workspace,
-                                 workspace_module.current_raw_stream(index), index, max_q_len,
-                                 *scales, order):
+            # None: the C++ call asks torch's DLPack table for the current stream.
+            stream = (None if _read_layouts is not None
+                      else workspace_module.current_raw_stream(index))
+            if read is not None:
+                if not layout.launch_read(*read, c_workspace, stream, index, max_q_len, order):
+                    return False
+            elif not layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales,
+                                   order):
                 return False
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "after")
@@ -576,10 +594,6 @@ def kv_cache_key(kv_cache):
             kv_cache.device, kv_cache.is_neg())
 
 
-# Keys read in C++ (python/splitkv/tensor_reader.h): the tensors' layouts as one bytes
-# object, read through torch's DLPack exchange table in well under a microsecond, where the
-# Python key below takes several. Off (None) before torch 2.10: then only the Python key.
-_read_layouts = _splitkv.LayoutKey if _splitkv.InitTensorReader() is not None else None
 
 
 def _scale_key(k_scale, v_scale):
@@ -594,8 +608,9 @@ def _scale_key(k_scale, v_scale):
 
 def _paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
                     options, sinks, k_scale, v_scale, kv_offsets, full_seq_lens):
-    """The paged key from LayoutKey, or None when it cannot read every tensor (a subclass, a
-    negated view, ...: the Python key then holds what the full path must see)."""
+    """(the paged key from LayoutKey, LayoutKey's result), or None when it cannot read every
+    tensor (a subclass, a negated view, ...: the Python key then holds what the full path
+    must see). The tensors go in the template's input order, out last (launch_read)."""
     if _read_layouts is None:
         return None
     container = kv_cache.__class__
@@ -604,12 +619,12 @@ def _paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu
     else:
         k, v = kv_cache, None  # a 5-D cache; a pair's v is never None (container differs)
     scales, scale_values = _scale_key(k_scale, v_scale)
-    tensors = _read_layouts(q, k, v, block_tables, seq_lens, cu_seqlens_q, out, sinks,
-                            kv_offsets, full_seq_lens, *scales)
-    if tensors is None:
+    read = _read_layouts(q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
+                         full_seq_lens, *scales, out)
+    if read is None:
         return None
     writable(out)
-    return (PAGED, tensors, container, workspace_signature, options, scale_values)
+    return (PAGED, read[0], container, workspace_signature, options, scale_values), read
 
 
 def _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options,
@@ -618,11 +633,11 @@ def _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, 
     if _read_layouts is None:
         return None
     scales, scale_values = _scale_key(k_scale, v_scale)
-    tensors = _read_layouts(q, k, v, cu_seqlens_q, cu_seqlens_kv, out, sinks, *scales)
-    if tensors is None:
+    read = _read_layouts(q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, *scales, out)
+    if read is None:
         return None
     writable(out)
-    return (RAGGED, tensors, workspace_signature, options, scale_values)
+    return (RAGGED, read[0], workspace_signature, options, scale_values), read
 
 
 def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
@@ -662,8 +677,8 @@ def _scale_addresses(k_scale, v_scale):
 def _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                   sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
                   max_q_len, batch_invariant, sinks, k_scale, v_scale, kv_offsets, full_seq_lens):
-    """(workspace view, key, cached layout or None) of a paged call; key None when the
-    arguments cannot make one."""
+    """(workspace view, key, cached layout or None, LayoutKey's result or None) of a paged
+    call; key None when the arguments cannot make one."""
     # Every argument the full path's checks read, except tensor addresses and index values.
     # Sinks, per-head scales, kv_offsets and full_seq_lens enter by their layout
     # (tensor_signature), their addresses per call.
@@ -671,14 +686,17 @@ def _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, 
         view = workspace_view(workspace)
         options = _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
                               num_splits, return_lse, max_q_len, batch_invariant)
-        key = _paged_read_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
-                              options, sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
-        if key is None:
-            key = _paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q, out,
-                             options, extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens))
-        return view, key, _layouts.get(key)
+        key_read = _paged_read_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q,
+                                   out, options, sinks, k_scale, v_scale, kv_offsets,
+                                   full_seq_lens)
+        if key_read is None:
+            key_read = (_paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q,
+                                   out, options,
+                                   extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens)),
+                        None)
+        return view, key_read[0], _layouts.get(key_read[0]), key_read[1]
     except Exception:  # noqa: BLE001 - not tensors, sparse ones, unhashable options: the
-        return None, None, None  # full path checks them and says what is wrong
+        return None, None, None, None  # full path checks them and says what is wrong
 
 
 def paged_layout(*args):
@@ -712,21 +730,36 @@ def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, w
     return result, lse
 
 
+def _launch_read(op, layout, view, read, q, workspace, return_lse, out, max_q_len):
+    """As launch_paged_layout / launch_ragged_layout, from LayoutKey's result `read` (the
+    inputs' addresses came with the key): (out, lse), or None, having launched nothing."""
+    result, lse = new_outputs(layout, q, out, return_lse)
+    if not launch_layout(op, layout, None, workspace, view, max_q_len, None, None,
+                         (read, result.data_ptr(), 0 if lse is None else lse.data_ptr())):
+        return None
+    written(out)
+    return result, lse
+
+
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
                max_q_len, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
                kv_offsets=None, full_seq_lens=None):
     """Runs paged attention; returns (out, lse). The per-call path when the layout is
     known, else (and to refuse) the full path, which then remembers the layout."""
-    view, key, layout = _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace,
-                                      cu_seqlens_q, kv_layout, sm_scale, causal, window_left,
-                                      logits_soft_cap, num_splits, return_lse, out, max_q_len,
-                                      batch_invariant, sinks, k_scale, v_scale, kv_offsets,
-                                      full_seq_lens)
+    view, key, layout, read = _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace,
+                                            cu_seqlens_q, kv_layout, sm_scale, causal,
+                                            window_left, logits_soft_cap, num_splits, return_lse,
+                                            out, max_q_len, batch_invariant, sinks, k_scale,
+                                            v_scale, kv_offsets, full_seq_lens)
     if layout is not None:
-        ran = launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, workspace,
-                                  cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale,
-                                  kv_offsets, full_seq_lens)
+        if read is not None:
+            ran = _launch_read(op, layout, view, read, q, workspace, return_lse, out,
+                               call_max_q_len(layout, cu_seqlens_q, True))
+        else:
+            ran = launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens,
+                                      workspace, cu_seqlens_q, return_lse, out, sinks, k_scale,
+                                      v_scale, kv_offsets, full_seq_lens)
         if ran is not None:
             return ran
     params, new_out, lse = paged_params(
@@ -754,8 +787,7 @@ def _paged_layout(params, q, kv_cache, block_tables, seq_lens, cu_seqlens_q, out
     layout = _Layout(_splitkv.PagedTemplate, params, q,
                      (q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
                       full_seq_lens, *_scale_tensors(k_scale, v_scale), out), max_q_len,
-                     cu_seqlens_q)
-    layout.v_offset = v_offset
+                     cu_seqlens_q, v_offset)
     return layout
 
 
@@ -777,14 +809,14 @@ def _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_s
         view = workspace_view(workspace)
         options = _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
                               return_lse, max_q_len, batch_invariant)
-        key = _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
-                               sinks, k_scale, v_scale)
-        if key is None:
-            key = _ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
-                              extras(sinks, k_scale, v_scale))
-        return view, key, _layouts.get(key)
+        key_read = _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
+                                    sinks, k_scale, v_scale)
+        if key_read is None:
+            key_read = (_ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
+                                    extras(sinks, k_scale, v_scale)), None)
+        return view, key_read[0], _layouts.get(key_read[0]), key_read[1]
     except Exception:  # noqa: BLE001 - as in _paged_lookup
-        return None, None, None
+        return None, None, None, None
 
 
 def ragged_layout(*args):
@@ -810,13 +842,17 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                 window_left, logits_soft_cap, num_splits, return_lse, out, max_q_len,
                 batch_invariant=False, sinks=None, k_scale=None, v_scale=None):
     """Runs ragged attention; returns (out, lse). Paths as :func:`paged_call`."""
-    view, key, layout = _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal,
-                                       sm_scale, window_left, logits_soft_cap, num_splits,
-                                       return_lse, out, max_q_len, batch_invariant, sinks,
-                                       k_scale, v_scale)
+    view, key, layout, read = _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
+                                             causal, sm_scale, window_left, logits_soft_cap,
+                                             num_splits, return_lse, out, max_q_len,
+                                             batch_invariant, sinks, k_scale, v_scale)
     if layout is not None:
-        ran = launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
-                                   workspace, return_lse, out, sinks, k_scale, v_scale)
+        if read is not None:
+            ran = _launch_read(op, layout, view, read, q, workspace, return_lse, out,
+                               call_max_q_len(layout, cu_seqlens_q, False))
+        else:
+            ran = launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                       workspace, return_lse, out, sinks, k_scale, v_scale)
         if ran is not None:
             return ran
     params, new_out, lse = ragged_params(

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -215,6 +216,25 @@ void BindRaggedParams(py::module_& m) {
 // holds each tensor's byte extent (first to last element) for that: an address and its
 // extent are all the check needs.
 
+// The process's reader of torch tensors (layout keys, the current stream); written once,
+// by InitTensorReader, under the GIL.
+TensorReader tensor_reader;
+
+// The stream a template's launch runs on: the caller's raw handle (an int), or None for
+// torch's current stream on `device`, asked of torch's DLPack table here (the reader must be
+// on: _calls passes None only then); a Python round trip costs far more on slow hosts.
+void* LaunchStream(const py::handle& stream, int device) {
+  if (stream.is_none()) {
+    void* current = nullptr;
+    if (!tensor_reader.on() || !tensor_reader.CurrentCudaStream(device, &current)) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "splitkv internal: no current stream without the tensor reader");
+      throw py::error_already_set();
+    }
+    return current;
+  }
+  return reinterpret_cast<void*>(stream.cast<std::uintptr_t>());
+}
+
 // max(a[b + 1] - a[b]) over b < n (int64), or 0 for n == 0: _calls.longest on host data.
 int64_t LongestSegment(const int32_t* a, int64_t n) {
   if (n <= 0) return 0;
@@ -237,17 +257,39 @@ bool Overlap(std::uintptr_t a, int64_t a_bytes, std::uintptr_t b, int64_t b_byte
 // A validated layout: the full path's params and the byte extents of the call's tensors,
 // kNumInputs inputs in the order launch() takes their addresses (q, k, v, sinks first),
 // then out. An extent is 0 for an absent or empty tensor.
+// A paged layout of a 5-D cache also holds v's offset from k (launch_read then reads k's
+// address only, as the cache is one tensor).
 template <typename Params, size_t kNumInputs>
 struct CallTemplate {
+  static constexpr size_t kInputs = kNumInputs;
   Params plan;
   std::array<int64_t, kNumInputs + 1> extents{};
+  std::optional<int64_t> v_offset;
 
-  CallTemplate(const Params& params, const std::vector<int64_t>& tensor_extents) : plan(params) {
+  CallTemplate(const Params& params, const std::vector<int64_t>& tensor_extents, std::optional<int64_t> v_offset)
+      : plan(params), v_offset(v_offset) {
     if (tensor_extents.size() != extents.size()) {
       throw std::invalid_argument("splitkv internal: CallTemplate expects " + std::to_string(extents.size()) +
                                   " extents, got " + std::to_string(tensor_extents.size()));
     }
     std::copy(tensor_extents.begin(), tensor_extents.end(), extents.begin());
+  }
+
+  // The inputs' addresses from a LayoutKey result (the key, then one address an argument, in
+  // this template's input order; out's, last, is not read here: the caller passes the
+  // address of the out it writes, new or given). v is k's plus v_offset for a 5-D cache.
+  std::array<std::uintptr_t, kNumInputs> ReadInputs(const py::tuple& read) const {
+    if (read.size() < kNumInputs + 1) {
+      throw std::invalid_argument("splitkv internal: launch_read expects " + std::to_string(kNumInputs + 1) +
+                                  " items, got " + std::to_string(read.size()));
+    }
+    std::array<std::uintptr_t, kNumInputs> inputs;
+    for (size_t i = 0; i < kNumInputs; ++i) {
+      inputs[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(read.ptr(), i + 1));
+    }
+    if (PyErr_Occurred()) throw py::error_already_set();
+    if (v_offset) inputs[2] = inputs[1] + static_cast<std::uintptr_t>(*v_offset);
+    return inputs;
   }
 
   // Throws InvalidArgument (ValueError) naming the first tensor the layout holds (a nonzero
@@ -311,14 +353,11 @@ void LaunchInOrder(const py::object& order, void* stream, int device, Launch lau
 // One call of a paged layout. sinks, kv_offsets, full_seq_lens, k_scales and v_scales are 0
 // when the layout has none (the layout cache keys on whether each is a tensor, and on its
 // shape).
-bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr_t k_cache,
-                     std::uintptr_t v_cache, std::uintptr_t sinks, std::uintptr_t block_tables,
-                     std::uintptr_t seq_lens, std::uintptr_t cu_seqlens_q, std::uintptr_t kv_offsets,
-                     std::uintptr_t full_seq_lens, std::uintptr_t out, std::uintptr_t lse,
-                     const WorkspaceBuffer& workspace, std::uintptr_t stream, int device, int64_t max_q_len,
-                     std::uintptr_t k_scales, std::uintptr_t v_scales, const py::object& order) {
-  const std::array<std::uintptr_t, 11> inputs{q,          k_cache,      v_cache,       sinks,    block_tables, seq_lens,
-                                              cu_seqlens_q, kv_offsets, full_seq_lens, k_scales, v_scales};
+bool LaunchPaged(const PagedTemplate& layout, const std::array<std::uintptr_t, 11>& inputs, std::uintptr_t out,
+                 std::uintptr_t lse, const WorkspaceBuffer& workspace, const py::handle& stream, int device,
+                 int64_t max_q_len, const py::object& order) {
+  const auto [q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens, k_scales,
+              v_scales] = inputs;
   layout.CheckPresent("paged_attention",
                       {"q", "k_cache", "v_cache", "sinks", "block_tables", "seq_lens", "cu_seqlens_q", "kv_offsets",
                        "full_seq_lens", "k_scale", "v_scale", "out"},
@@ -339,7 +378,7 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
   p.out = Address<void>(out);
   p.lse = Address<float>(lse);
   p.workspace = workspace;
-  p.stream = Address<void>(stream);
+  p.stream = LaunchStream(stream, device);
   if (max_q_len < 0 && p.cu_seqlens_q != nullptr) {
     p.max_q_len = std::max<int64_t>(1, LongestSegment(p.cu_seqlens_q, p.batch_size));
   } else {
@@ -354,13 +393,23 @@ bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr
   return true;
 }
 
+bool LaunchPagedFrom(const PagedTemplate& layout, std::uintptr_t q, std::uintptr_t k_cache,
+                     std::uintptr_t v_cache, std::uintptr_t sinks, std::uintptr_t block_tables,
+                     std::uintptr_t seq_lens, std::uintptr_t cu_seqlens_q, std::uintptr_t kv_offsets,
+                     std::uintptr_t full_seq_lens, std::uintptr_t out, std::uintptr_t lse,
+                     const WorkspaceBuffer& workspace, const py::handle& stream, int device, int64_t max_q_len,
+                     std::uintptr_t k_scales, std::uintptr_t v_scales, const py::object& order) {
+  return LaunchPaged(layout,
+                     {q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens,
+                      k_scales, v_scales},
+                     out, lse, workspace, stream, device, max_q_len, order);
+}
+
 // One call of a ragged layout; as LaunchPagedFrom.
-bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintptr_t k,
-                      std::uintptr_t v, std::uintptr_t sinks, std::uintptr_t cu_seqlens_q,
-                      std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
-                      const WorkspaceBuffer& workspace, std::uintptr_t stream, int device, int64_t max_q_len,
-                      std::uintptr_t k_scales, std::uintptr_t v_scales, const py::object& order) {
-  const std::array<std::uintptr_t, 8> inputs{q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales};
+bool LaunchRagged(const RaggedTemplate& layout, const std::array<std::uintptr_t, 8>& inputs, std::uintptr_t out,
+                  std::uintptr_t lse, const WorkspaceBuffer& workspace, const py::handle& stream, int device,
+                  int64_t max_q_len, const py::object& order) {
+  const auto [q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales] = inputs;
   layout.CheckPresent("ragged_attention",
                       {"q", "k", "v", "sinks", "cu_seqlens_q", "cu_seqlens_kv", "k_scale", "v_scale", "out"}, inputs,
                       out);
@@ -377,7 +426,7 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
   p.out = Address<void>(out);
   p.lse = Address<float>(lse);
   p.workspace = workspace;
-  p.stream = Address<void>(stream);
+  p.stream = LaunchStream(stream, device);
   if (max_q_len >= 0 || p.cu_seqlens_q == nullptr) {
     p.max_q_len = max_q_len;
   } else {
@@ -391,14 +440,36 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
   return true;
 }
 
-// The templates are immutable once made: `launch` is their one method.
+bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintptr_t k,
+                      std::uintptr_t v, std::uintptr_t sinks, std::uintptr_t cu_seqlens_q,
+                      std::uintptr_t cu_seqlens_kv, std::uintptr_t out, std::uintptr_t lse,
+                      const WorkspaceBuffer& workspace, const py::handle& stream, int device, int64_t max_q_len,
+                      std::uintptr_t k_scales, std::uintptr_t v_scales, const py::object& order) {
+  return LaunchRagged(layout, {q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales}, out, lse, workspace,
+                      stream, device, max_q_len, order);
+}
+
+// A call of a layout from a LayoutKey result (`read`: its inputs' addresses, read with the
+// key) and the addresses of out and lse; as the launches above otherwise.
 template <typename Template, typename Launch>
-void BindTemplate(py::module_& m, const char* name, Launch launch) {
+auto LaunchRead(Launch launch) {
+  return [launch](const Template& layout, const py::tuple& read, std::uintptr_t out, std::uintptr_t lse,
+                  const WorkspaceBuffer& workspace, const py::handle& stream, int device, int64_t max_q_len,
+                  const py::object& order) {
+    return launch(layout, layout.ReadInputs(read), out, lse, workspace, stream, device, max_q_len, order);
+  };
+}
+
+// The templates are immutable once made: `launch` is their one method.
+template <typename Template, typename Launch, typename Read>
+void BindTemplate(py::module_& m, const char* name, Launch launch, Read launch_read) {
   py::class_<Template>(m, name)
-      .def(py::init<const decltype(Template::plan)&, const std::vector<int64_t>&>(), py::arg("params"),
-           py::arg("extents"))
+      .def(py::init<const decltype(Template::plan)&, const std::vector<int64_t>&, std::optional<int64_t>>(),
+           py::arg("params"), py::arg("extents"), py::arg("v_offset") = py::none())
       .def_property_readonly("params", [](const Template& self) { return self.plan; })
-      .def("launch", launch);  // holds the GIL while it reads its arguments (LaunchInOrder)
+      // Both hold the GIL while they read their arguments (LaunchInOrder releases it).
+      .def("launch", launch)
+      .def("launch_read", launch_read);
 }
 
 void BindLaunchers(py::module_& m) {
@@ -412,8 +483,8 @@ void BindLaunchers(py::module_& m) {
       py::arg("op"), py::arg("options"));
   m.def("PlanPagedAttention", &PlanPagedAttention, py::arg("params"), release);
   m.def("PlanRaggedAttention", &PlanRaggedAttention, py::arg("params"), release);
-  BindTemplate<PagedTemplate>(m, "PagedTemplate", &LaunchPagedFrom);
-  BindTemplate<RaggedTemplate>(m, "RaggedTemplate", &LaunchRaggedFrom);
+  BindTemplate<PagedTemplate>(m, "PagedTemplate", &LaunchPagedFrom, LaunchRead<PagedTemplate>(&LaunchPaged));
+  BindTemplate<RaggedTemplate>(m, "RaggedTemplate", &LaunchRaggedFrom, LaunchRead<RaggedTemplate>(&LaunchRagged));
   // One per workspace memory (CUDA), held by splitkv.workspace; the templates' launch takes it
   // last. Before/After serve the full path (workspace.exclusive); the device must be current.
   py::class_<StreamOrder>(m, "StreamOrder")
@@ -446,19 +517,39 @@ void BindLaunchers(py::module_& m) {
 // MergeStates from addresses and strides, one call (merge.py builds no params object).
 // ---- layout keys (python/splitkv/_calls.py's cache), read through torch's DLPack table ----
 
-TensorReader tensor_reader;  // written once, by InitTensorReader, under the GIL
-
-// LayoutKey(*objects): bytes naming the layouts of `objects` (None or plain tensors, in
-// order), or None when any one cannot be read here (TensorReader::AppendKey) or the reader
-// is off. A raw METH_FASTCALL function: pybind11's dispatch would cost a third of the work.
+// LayoutKey(*objects): (key, address, ...): bytes naming the layouts of `objects` (None or
+// plain tensors, in order), then each one's address (0 for None): a template's launch_read
+// takes the tuple whole. None when any one cannot be read here (TensorReader::AppendKey) or
+// the reader is off. A raw METH_FASTCALL function: pybind11's dispatch would cost a third
+// of the work.
 PyObject* LayoutKey(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   thread_local std::string key;
+  thread_local std::vector<std::uintptr_t> addresses;
   key.clear();
+  addresses.clear();
   if (!tensor_reader.on()) Py_RETURN_NONE;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    if (!tensor_reader.AppendKey(args[i], key)) Py_RETURN_NONE;
+    std::uintptr_t address = 0;
+    if (!tensor_reader.AppendKey(args[i], key, address)) Py_RETURN_NONE;
+    addresses.push_back(address);
   }
-  return PyBytes_FromStringAndSize(key.data(), static_cast<Py_ssize_t>(key.size()));
+  PyObject* read = PyTuple_New(nargs + 1);
+  if (read == nullptr) return nullptr;
+  PyObject* bytes = PyBytes_FromStringAndSize(key.data(), static_cast<Py_ssize_t>(key.size()));
+  if (bytes == nullptr) {
+    Py_DECREF(read);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(read, 0, bytes);
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    PyObject* address = PyLong_FromUnsignedLongLong(addresses[i]);
+    if (address == nullptr) {
+      Py_DECREF(read);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(read, i + 1, address);
+  }
+  return read;
 }
 
 PyMethodDef layout_key_def = {"LayoutKey", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(&LayoutKey)),

@@ -63,7 +63,9 @@ struct ExchangeApi {
   // Fills *out for the Python object `object` without synchronizing any stream; returns 0,
   // or -1 with a Python error set (no storage, an unsupported dtype or device, ...).
   int (*tensor_from_object)(void* object, Tensor* out);
-  const void* current_work_stream;
+  // Sets *stream to the framework's current stream on a device (torch.cuda.current_stream's
+  // raw handle); returns 0, or -1 with a Python error set.
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** stream);
 };
 
 }  // namespace splitkv::dlpack

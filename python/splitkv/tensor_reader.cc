@@ -55,7 +55,7 @@ bool TensorReader::Init() {
   if (ok) Py_DECREF(unused);
   // The table's layout is DLPack 1.x's from minor version 2 on (the first with it).
   if (api == nullptr || !ok || api->version.major != 1 || api->version.minor < 2 ||
-      api->tensor_from_object == nullptr) {
+      api->tensor_from_object == nullptr || api->current_work_stream == nullptr) {
     PyErr_Clear();
     Py_DECREF(tensor_type);
     if (ok) Py_DECREF(is_neg);
@@ -69,9 +69,10 @@ bool TensorReader::Init() {
   return true;
 }
 
-bool TensorReader::AppendKey(PyObject* object, std::string& key) const {
+bool TensorReader::AppendKey(PyObject* object, std::string& key, std::uintptr_t& address) const {
   if (object == Py_None) {
     key.push_back('\0');
+    address = 0;
     return true;
   }
   if (Py_TYPE(object) != tensor_type_) return false;
@@ -97,6 +98,7 @@ bool TensorReader::AppendKey(PyObject* object, std::string& key) const {
   Append(key, t.device);
   key.append(reinterpret_cast<const char*>(t.shape), sizeof(int64_t) * t.ndim);
   key.append(reinterpret_cast<const char*>(t.strides), sizeof(int64_t) * t.ndim);
+  address = reinterpret_cast<std::uintptr_t>(t.data) + t.byte_offset;
   return true;
 }
 

@@ -12,6 +12,7 @@
 
 #include <Python.h>
 
+#include <cstdint>
 #include <string>
 
 #include "python/splitkv/dlpack_abi.h"
@@ -27,13 +28,20 @@ class TensorReader {
   bool on() const { return api_ != nullptr; }
   const dlpack::Version& version() const { return version_; }
 
-  // Appends the layout of `object` to `key`: for None, a marker; for a plain torch.Tensor
-  // (the exact class) whose memory holds its values (no neg bit), of a dtype and device a
-  // splitkv call can take, its dtype, device, shape and strides. Returns false for anything
-  // else (a subclass, a tensor without storage, a negated view, another dtype or device):
-  // the caller then keys the call in Python, where the full path refuses what it must. No
+  // Appends the layout of `object` to `key` and sets `address`: for None, a marker and 0;
+  // for a plain torch.Tensor (the exact class) whose memory holds its values (no neg bit),
+  // of a dtype and device a splitkv call can take, its dtype, device, shape and strides,
+  // and its first element's address (tensor.data_ptr()). Returns false for anything else (a
+  // subclass, a tensor without storage, a negated view, another dtype or device): the
+  // caller then keys the call in Python, where the full path refuses what it must. No
   // Python error is left set either way.
-  bool AppendKey(PyObject* object, std::string& key) const;
+  bool AppendKey(PyObject* object, std::string& key, std::uintptr_t& address) const;
+
+  // torch's current CUDA stream on `device` (the reader must be on); false with a Python
+  // error set if torch cannot say.
+  bool CurrentCudaStream(int device, void** stream) const {
+    return api_->current_work_stream(dlpack::kCuda, device, stream) == 0;
+  }
 
  private:
   const dlpack::ExchangeApi* api_ = nullptr;

@@ -290,7 +290,11 @@ def test_layouts_are_read_in_cpp_when_torch_publishes_its_dlpack_table():
 @pytest.mark.parametrize("device", DEVICES)
 def test_layout_key_names_every_tensor_property_the_full_path_checks(device):
     harness.require(device)
-    key = _calls._read_layouts
+
+    def key(*objects):
+        read = _calls._read_layouts(*objects)
+        return None if read is None else read[0]
+
     x = torch.randn(6, 4, 8, device=device, dtype=_DTYPE)
     # The same layout in other memory (a key never holds addresses or values).
     assert key(x, None) == key(torch.ones(6, 4, 8, device=device, dtype=_DTYPE), None)
@@ -328,6 +332,12 @@ def test_layout_key_names_every_tensor_property_the_full_path_checks(device):
         assert key(x, value) is None, name
     # No Python error is left behind by a refused read.
     assert key(x, None) == base
+    # The addresses come with the key: data_ptr() of each tensor (views at an offset and
+    # empty tensors included), 0 for None.
+    views = [x, x[2:], x[:, 1], x.transpose(0, 1)[3:], x[:0], torch.zeros(5, device=device,
+                                                                       dtype=torch.int32)[1:]]
+    read = _calls._read_layouts(*views, None)
+    assert read[1:] == tuple(v.data_ptr() for v in views) + (0,)
 
 
 @_reader
