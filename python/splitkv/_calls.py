@@ -606,7 +606,7 @@ def _scale_key(k_scale, v_scale):
                      None if tensors[1] is not None else v_scale, v_scale.__class__)
 
 
-def _paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
+def paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
                     options, sinks, k_scale, v_scale, kv_offsets, full_seq_lens):
     """(the paged key from LayoutKey, LayoutKey's result), or None when it cannot read every
     tensor (a subclass, a negated view, ...: the Python key then holds what the full path
@@ -627,9 +627,9 @@ def _paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu
     return (PAGED, read[0], container, workspace_signature, options, scale_values), read
 
 
-def _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options,
+def ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options,
                      sinks, k_scale, v_scale):
-    """As _paged_read_key, for a ragged call."""
+    """As paged_read_key, for a ragged call."""
     if _read_layouts is None:
         return None
     scales, scale_values = _scale_key(k_scale, v_scale)
@@ -686,7 +686,7 @@ def _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, 
         view = workspace_view(workspace)
         options = _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
                               num_splits, return_lse, max_q_len, batch_invariant)
-        key_read = _paged_read_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q,
+        key_read = paged_read_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q,
                                    out, options, sinks, k_scale, v_scale, kv_offsets,
                                    full_seq_lens)
         if key_read is None:
@@ -730,7 +730,7 @@ def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, w
     return result, lse
 
 
-def _launch_read(op, layout, view, read, q, workspace, return_lse, out, max_q_len):
+def launch_read(op, layout, view, read, q, workspace, return_lse, out, max_q_len):
     """As launch_paged_layout / launch_ragged_layout, from LayoutKey's result `read` (the
     inputs' addresses came with the key): (out, lse), or None, having launched nothing."""
     result, lse = new_outputs(layout, q, out, return_lse)
@@ -754,7 +754,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                                             v_scale, kv_offsets, full_seq_lens)
     if layout is not None:
         if read is not None:
-            ran = _launch_read(op, layout, view, read, q, workspace, return_lse, out,
+            ran = launch_read(op, layout, view, read, q, workspace, return_lse, out,
                                call_max_q_len(layout, cu_seqlens_q, True))
         else:
             ran = launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens,
@@ -809,7 +809,7 @@ def _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_s
         view = workspace_view(workspace)
         options = _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
                               return_lse, max_q_len, batch_invariant)
-        key_read = _ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
+        key_read = ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
                                     sinks, k_scale, v_scale)
         if key_read is None:
             key_read = (_ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
@@ -848,7 +848,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                                              batch_invariant, sinks, k_scale, v_scale)
     if layout is not None:
         if read is not None:
-            ran = _launch_read(op, layout, view, read, q, workspace, return_lse, out,
+            ran = launch_read(op, layout, view, read, q, workspace, return_lse, out,
                                call_max_q_len(layout, cu_seqlens_q, False))
         else:
             ran = launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,

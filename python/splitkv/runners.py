@@ -31,16 +31,17 @@ def _fixed_layout(tensors):
     return [_calls.value_signature(x) for x in tensors]
 
 
-def _still_valid(entry, workspace, present):
+def _still_valid(entry, workspace, present, read):
     """(layout, workspace view) of a kept entry whose workspace and bound tensors are as they
     were when it was kept; None sends the run to the full path (which also says what is
-    wrong with a Workspace whose tensor is no longer a tensor)."""
+    wrong with a Workspace whose tensor is no longer a tensor). A key read in C++ (`read`
+    not None) holds the bound tensors' layouts already: only the workspace is compared."""
     layout, fixed_layout, workspace_signature = entry
     try:
         view = _calls.workspace_view(workspace)
     except Exception:  # noqa: BLE001
         return None
-    if view[1] != workspace_signature or _fixed_layout(present) != fixed_layout:
+    if view[1] != workspace_signature or (read is None and _fixed_layout(present) != fixed_layout):
         return None
     return layout, view
 
@@ -211,18 +212,30 @@ class PagedAttentionRunner:
                 k_scale=k_scale, v_scale=v_scale, kv_offsets=kv_offsets,
                 full_seq_lens=full_seq_lens)
         try:
-            key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
-                   _calls.kv_cache_key(kv_cache), _calls.out_key(out),
-                   _calls.extras(sinks, k_scale, v_scale))
+            # A key read in C++ (_calls.paged_read_key) holds the bound tensors' layouts too;
+            # the Python one only the run's own tensors (_still_valid compares the bound).
+            key, read = _calls.paged_read_key(q, kv_cache, block_tables, seq_lens, None,
+                                              cu_seqlens_q, out, None, sinks, k_scale, v_scale,
+                                              kv_offsets, full_seq_lens) or (None, None)
+            if key is None:
+                key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
+                       _calls.kv_cache_key(kv_cache), _calls.out_key(out),
+                       _calls.extras(sinks, k_scale, v_scale))
             entry = self._layouts.get(key)
         except Exception:  # noqa: BLE001 - the full path says what is wrong
-            key = entry = None
+            key = entry = read = None
         try:
-            hit = None if entry is None else _still_valid(entry, workspace, self._present)
+            hit = None if entry is None else _still_valid(entry, workspace, self._present, read)
             if hit is not None:
-                ran = _calls.launch_paged_layout(_calls.PAGED, *hit, q, kv_cache, block_tables,
-                                                 seq_lens, workspace, cu_seqlens_q, return_lse, out,
-                                                 sinks, k_scale, v_scale, kv_offsets, full_seq_lens)
+                if read is not None:
+                    ran = _calls.launch_read(_calls.PAGED, hit[0], hit[1], read, q, workspace,
+                                             return_lse, out,
+                                             _calls.call_max_q_len(hit[0], cu_seqlens_q, True))
+                else:
+                    ran = _calls.launch_paged_layout(_calls.PAGED, *hit, q, kv_cache,
+                                                     block_tables, seq_lens, workspace,
+                                                     cu_seqlens_q, return_lse, out, sinks,
+                                                     k_scale, v_scale, kv_offsets, full_seq_lens)
                 if ran is not None:
                     return ran if return_lse else ran[0]
             args = (q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
@@ -289,18 +302,26 @@ class RaggedAttentionRunner:
                 num_splits=num_splits, return_lse=return_lse, out=out, max_q_len=max_q_len,
                 batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
         try:
-            key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
-                   _calls.value_signature(k), _calls.value_signature(v), _calls.out_key(out),
-                   _calls.extras(sinks, k_scale, v_scale))
+            key, read = _calls.ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, None, out,
+                                               None, sinks, k_scale, v_scale) or (None, None)
+            if key is None:  # as in PagedAttentionRunner.run
+                key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
+                       _calls.value_signature(k), _calls.value_signature(v), _calls.out_key(out),
+                       _calls.extras(sinks, k_scale, v_scale))
             entry = self._layouts.get(key)
         except Exception:  # noqa: BLE001 - the full path says what is wrong
-            key = entry = None
+            key = entry = read = None
         try:
-            hit = None if entry is None else _still_valid(entry, workspace, self._present)
+            hit = None if entry is None else _still_valid(entry, workspace, self._present, read)
             if hit is not None:
-                ran = _calls.launch_ragged_layout(_calls.RAGGED, *hit, q, k, v, cu_seqlens_q,
-                                                  cu_seqlens_kv, workspace, return_lse, out, sinks,
-                                                  k_scale, v_scale)
+                if read is not None:
+                    ran = _calls.launch_read(_calls.RAGGED, hit[0], hit[1], read, q, workspace,
+                                             return_lse, out,
+                                             _calls.call_max_q_len(hit[0], cu_seqlens_q, False))
+                else:
+                    ran = _calls.launch_ragged_layout(_calls.RAGGED, *hit, q, k, v, cu_seqlens_q,
+                                                      cu_seqlens_kv, workspace, return_lse, out,
+                                                      sinks, k_scale, v_scale)
                 if ran is not None:
                     return ran if return_lse else ran[0]
             args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
