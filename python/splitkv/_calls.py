@@ -59,6 +59,7 @@ def _query(op, q):
     dtype = _checks.attention_dtype(op, "q", q)
     backend = _checks.backend(op, q.device)
     _checks.inner_stride(op, "q", q)
+    _checks.not_null(op, "q", q)
     return dtype, backend
 
 
@@ -72,6 +73,7 @@ def _operand(op, name, x, q, ndim, shape_doc, kv=False):
     else:
         _checks.same_dtype(op, name, x, "q", q)
     _checks.inner_stride(op, name, x)
+    _checks.not_null(op, name, x)
 
 
 def _kv_storage(op, k, q, num_kv_heads, k_scale, v_scale):
@@ -97,6 +99,7 @@ def _index(op, name, x, q, ndim):
     _checks.index_tensor(op, name, x, ndim)
     if q is not None:
         _checks.device(op, name, x, q.device)
+        _checks.not_null(op, name, x)  # after the device's: a meta tensor's data_ptr() is 0
 
 
 def longest(cu_seqlens):
@@ -441,8 +444,9 @@ class _Layout:
         self.max_q_len = params.max_q_len
         self.out_shape = tuple(q.shape)
         # A new out is contiguous (the template's out strides): empty_like(q) makes one
-        # when q is (and costs less than new_empty).
-        self.q_contiguous = q.is_contiguous()
+        # when q's strides are exactly those (and costs less than new_empty); a contiguous q
+        # may have other strides on a dimension of size 1, which empty_like would copy.
+        self.q_contiguous = q.stride() == torch.empty(q.shape, device="meta").stride()
         self.plain_q = q.__class__ is torch.Tensor
         self.lse_shape = tuple(q.shape[:2])
         self.device = q.device

@@ -129,6 +129,15 @@ def same_dtype(op, name, x, ref_name, ref):
              error=TypeError)
 
 
+def not_null(op, name, x):
+    """Refuses a tensor with elements but no memory (data_ptr() 0: its storage resized to 0,
+    as FSDP-style freeing leaves it, or an efficient-zero tensor). The launchers take a null
+    address for an absent tensor (sinks, a per-head scale, kv_offsets), so such a tensor would
+    silently drop out of the call; the cached layouts' C++ launch gives the same message."""
+    if x.data_ptr() == 0 and x.numel() > 0:
+        fail(op, name, "is null", "a valid pointer", "null")
+
+
 def index_tensor(op, name, x, ndim):
     """An int32 index tensor (block_tables, seq_lens, cu_seqlens_*): refused, not converted."""
     tensor(op, name, x)
@@ -192,6 +201,7 @@ def sinks(op, x, q):
     rank(op, "sinks", x, 1, "[num_qo_heads]")
     dim(op, "sinks", x, 0, q.shape[1], "num_qo_heads, q.shape[1]")
     contiguous(op, "sinks", x)
+    not_null(op, "sinks", x)
     return x.data_ptr()
 
 
@@ -236,6 +246,7 @@ def kv_scale(op, name, scale, fp8, kv_dtype_, num_kv_heads, q):
         rank(op, name, scale, 1, "[num_kv_heads]")
         dim(op, name, scale, 0, num_kv_heads, "num_kv_heads")
         contiguous(op, name, scale)
+        not_null(op, name, scale)
         return 1.0, scale.data_ptr()
     value = real(op, name, scale)
     if not math.isfinite(value):

@@ -397,3 +397,71 @@ def test_float_scale_types_are_part_of_the_layout():
     splitkv.paged_attention(*args, k_scale=1.0, v_scale=1.0)
     with pytest.raises(TypeError, match="k_scale"):
         splitkv.paged_attention(*args, k_scale=True, v_scale=1.0)
+
+
+def _paged_freed(name, device):
+    """A paged call (kwargs for splitkv.paged_attention) whose tensor `name` has elements but
+    no memory; the name the refusal gives it."""
+    problem = harness.make_paged([40, 30], page_size=16, q_lens=[3, 2], dtype=torch.bfloat16,
+                                 device=device)
+    kwargs = {"q": problem.q, "kv_cache": problem.kv_cache, "block_tables": problem.block_tables,
+              "seq_lens": problem.seq_lens, "cu_seqlens_q": problem.cu_seqlens_q,
+              "max_q_len": 3, "sinks": torch.randn(problem.q.shape[1], device=device)}
+    if name in ("kv_offsets", "full_seq_lens"):
+        kwargs["kv_offsets"] = torch.zeros(2, dtype=torch.int32, device=device)
+        kwargs["full_seq_lens"] = problem.seq_lens.clone()
+    if name in ("k_scale", "v_scale"):
+        kwargs["kv_cache"] = problem.kv_cache.to(torch.float8_e4m3fn)
+        kwargs["k_scale"] = torch.full((problem.kv_cache.shape[2],), 0.5, device=device)
+        kwargs["v_scale"] = kwargs["k_scale"].clone()
+    kwargs[name] = _freed(kwargs[name].clone())
+    return kwargs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["q", "kv_cache", "block_tables", "seq_lens", "cu_seqlens_q",
+                                  "sinks", "kv_offsets", "full_seq_lens", "k_scale", "v_scale"])
+def test_full_path_refuses_a_tensor_whose_storage_was_freed(device, name):
+    # The launchers read a null address as an absent tensor: a freed sinks or per-head scale
+    # tensor made the full path run without it (the no-sinks result, a scale of 1.0), and
+    # freed index tensors failed inside torch. Now every path says "is null", by name.
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    kwargs = _paged_freed(name, device)
+    for _ in range(2):  # cache empty, then (had the first run) the cached layout
+        with pytest.raises(ValueError, match=f"^paged_attention: {name} is null: expected a "
+                                             f"valid pointer, got null$"):
+            splitkv.paged_attention(workspace=workspace, **kwargs)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_kv", "sinks"])
+def test_full_path_refuses_a_ragged_tensor_whose_storage_was_freed(device, name):
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_ragged([3, 5], [40, 17], group=2, dtype=_DTYPE, device=device)
+    kwargs = {"q": problem.q, "k": problem.k, "v": problem.v, "cu_seqlens_q": problem.cu_seqlens_q,
+              "cu_seqlens_kv": problem.cu_seqlens_kv, "max_q_len": 5,
+              "sinks": torch.randn(problem.q.shape[1], device=device)}
+    kwargs[name] = _freed(kwargs[name].clone())
+    with pytest.raises(ValueError, match=f"^ragged_attention: {name} is null: expected a valid "
+                                         f"pointer, got null$"):
+        splitkv.ragged_attention(workspace=workspace, **kwargs)
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_new_out_strides_are_the_full_paths(device):
+    # A contiguous q whose size-1 dimension has another stride: the cached call's new out had
+    # q's strides (empty_like), the full path's the canonical ones; now both the latter.
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_paged([37, 5], page_size=16, num_kv_heads=1, dtype=_DTYPE,
+                                 device=device)
+    q = torch.empty_strided((2, 1, 64), (64, 7, 1), dtype=_DTYPE, device=device)
+    q.copy_(problem.q)
+    outs = [splitkv.paged_attention(q, problem.kv_cache, problem.block_tables, problem.seq_lens,
+                                    workspace) for _ in range(2)]
+    assert [o.stride() for o in outs] == [(64, 64, 1)] * 2
+    assert torch.equal(outs[0], outs[1])
