@@ -600,48 +600,57 @@ def kv_cache_key(kv_cache):
 
 
 
-def _scale_key(k_scale, v_scale):
-    """(the per-head scale tensors for LayoutKey, the key's part for float scales): a float
-    scale's value and type (True == 1.0 in a hash), a tensor's layout in the bytes."""
+def _split_scales(k_scale, v_scale):
+    """(k_scale, v_scale) split for LayoutKey: the per-head scale tensors (among its tensors)
+    and the float scales (among its option values), None for what is not there."""
     if k_scale is None and v_scale is None:
-        return (None, None), None
-    tensors = tuple(s if isinstance(s, torch.Tensor) else None for s in (k_scale, v_scale))
-    return tensors, (None if tensors[0] is not None else k_scale, k_scale.__class__,
-                     None if tensors[1] is not None else v_scale, v_scale.__class__)
+        return None, None, None, None
+    k_tensor = k_scale if isinstance(k_scale, torch.Tensor) else None
+    v_tensor = v_scale if isinstance(v_scale, torch.Tensor) else None
+    return (k_tensor, v_tensor, None if k_tensor is not None else k_scale,
+            None if v_tensor is not None else v_scale)
+
+
+# A paged call's kv_cache form, an option value of its key (a pair's tensors read the same as
+# a tuple or a list; the full path checks the container too).
+_KV_FORMS = {tuple: 1, list: 2}
 
 
 def paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
-                    options, sinks, k_scale, v_scale, kv_offsets, full_seq_lens):
+                   options, sinks, k_scale, v_scale, kv_offsets, full_seq_lens):
     """(the paged key from LayoutKey, LayoutKey's result), or None when it cannot read every
-    tensor (a subclass, a negated view, ...: the Python key then holds what the full path
-    must see). The tensors go in the template's input order, out last (launch_read)."""
+    tensor or option value (a subclass, a negated view, ...: the Python key then holds what
+    the full path must see). `options`: a tuple of the call's option values. The tensors go
+    in the template's input order, out last (launch_read)."""
     if _read_layouts is None:
         return None
-    container = kv_cache.__class__
-    if container is tuple or container is list:
+    form = _KV_FORMS.get(kv_cache.__class__, 0)
+    if form:
         k, v = kv_cache
     else:
-        k, v = kv_cache, None  # a 5-D cache; a pair's v is never None (container differs)
-    scales, scale_values = _scale_key(k_scale, v_scale)
-    read = _read_layouts(q, k, v, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets,
-                         full_seq_lens, *scales, out)
+        k, v = kv_cache, None  # a 5-D cache
+    k_tensor, v_tensor, k_value, v_value = _split_scales(k_scale, v_scale)
+    read = _read_layouts((PAGED, form, k_value, v_value, *options), q, k, v, sinks, block_tables,
+                         seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens, k_tensor, v_tensor,
+                         out)
     if read is None:
         return None
     writable(out)
-    return (PAGED, read[0], container, workspace_signature, options, scale_values), read
+    return (read[0], workspace_signature), read
 
 
 def ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, out, options,
-                     sinks, k_scale, v_scale):
+                    sinks, k_scale, v_scale):
     """As paged_read_key, for a ragged call."""
     if _read_layouts is None:
         return None
-    scales, scale_values = _scale_key(k_scale, v_scale)
-    read = _read_layouts(q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, *scales, out)
+    k_tensor, v_tensor, k_value, v_value = _split_scales(k_scale, v_scale)
+    read = _read_layouts((RAGGED, k_value, v_value, *options), q, k, v, sinks, cu_seqlens_q,
+                         cu_seqlens_kv, k_tensor, v_tensor, out)
     if read is None:
         return None
     writable(out)
-    return (RAGGED, read[0], workspace_signature, options, scale_values), read
+    return (read[0], workspace_signature), read
 
 
 def _paged_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_seqlens_q, out,
@@ -688,14 +697,14 @@ def _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, 
     # (tensor_signature), their addresses per call.
     try:
         view = workspace_view(workspace)
-        options = _option_key(kv_layout, sm_scale, causal, window_left, logits_soft_cap,
-                              num_splits, return_lse, max_q_len, batch_invariant)
+        options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
+                   return_lse, max_q_len, batch_invariant)
         key_read = paged_read_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q,
-                                   out, options, sinks, k_scale, v_scale, kv_offsets,
-                                   full_seq_lens)
+                                  out, options, sinks, k_scale, v_scale, kv_offsets,
+                                  full_seq_lens)
         if key_read is None:
             key_read = (_paged_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q,
-                                   out, options,
+                                   out, _option_key(*options),
                                    extras(sinks, k_scale, v_scale, kv_offsets, full_seq_lens)),
                         None)
         return view, key_read[0], _layouts.get(key_read[0]), key_read[1]
@@ -811,13 +820,14 @@ def _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_s
     """As _paged_lookup, for a ragged call."""
     try:
         view = workspace_view(workspace)
-        options = _option_key(causal, sm_scale, window_left, logits_soft_cap, num_splits,
-                              return_lse, max_q_len, batch_invariant)
+        options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse,
+                   max_q_len, batch_invariant)
         key_read = ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
-                                    sinks, k_scale, v_scale)
+                                   sinks, k_scale, v_scale)
         if key_read is None:
-            key_read = (_ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
-                                    extras(sinks, k_scale, v_scale)), None)
+            key_read = (_ragged_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out,
+                                    _option_key(*options), extras(sinks, k_scale, v_scale)),
+                        None)
         return view, key_read[0], _layouts.get(key_read[0]), key_read[1]
     except Exception:  # noqa: BLE001 - as in _paged_lookup
         return None, None, None, None

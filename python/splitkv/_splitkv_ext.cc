@@ -517,17 +517,25 @@ void BindLaunchers(py::module_& m) {
 // MergeStates from addresses and strides, one call (merge.py builds no params object).
 // ---- layout keys (python/splitkv/_calls.py's cache), read through torch's DLPack table ----
 
-// LayoutKey(*objects): (key, address, ...): bytes naming the layouts of `objects` (None or
-// plain tensors, in order), then each one's address (0 for None): a template's launch_read
-// takes the tuple whole. None when any one cannot be read here (TensorReader::AppendKey) or
-// the reader is off. A raw METH_FASTCALL function: pybind11's dispatch would cost a third
-// of the work.
+// LayoutKey(options, *tensors): (key, address, ...): bytes naming the option values (a
+// tuple; TensorReader::AppendOption) and the layouts of `tensors` (None or plain tensors,
+// in order), then each tensor's address (0 for None): a template's launch_read takes the
+// tuple whole. None when any value or tensor cannot be read here (TensorReader::AppendKey)
+// or the reader is off. A raw METH_FASTCALL function: pybind11's dispatch would cost a
+// third of the work.
 PyObject* LayoutKey(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
   thread_local std::string key;
   thread_local std::vector<std::uintptr_t> addresses;
   key.clear();
   addresses.clear();
-  if (!tensor_reader.on()) Py_RETURN_NONE;
+  if (!tensor_reader.on() || nargs < 1 || !PyTuple_CheckExact(args[0])) Py_RETURN_NONE;
+  const Py_ssize_t num_options = PyTuple_GET_SIZE(args[0]);
+  for (Py_ssize_t i = 0; i < num_options; ++i) {
+    if (!TensorReader::AppendOption(PyTuple_GET_ITEM(args[0], i), key)) Py_RETURN_NONE;
+  }
+  key.push_back('|');  // options end: a tensor's marker cannot pass for an option's tag
+  ++args;
+  --nargs;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     std::uintptr_t address = 0;
     if (!tensor_reader.AppendKey(args[i], key, address)) Py_RETURN_NONE;

@@ -215,7 +215,7 @@ class PagedAttentionRunner:
             # A key read in C++ (_calls.paged_read_key) holds the bound tensors' layouts too;
             # the Python one only the run's own tensors (_still_valid compares the bound).
             key, read = _calls.paged_read_key(q, kv_cache, block_tables, seq_lens, None,
-                                              cu_seqlens_q, out, None, sinks, k_scale, v_scale,
+                                              cu_seqlens_q, out, (), sinks, k_scale, v_scale,
                                               kv_offsets, full_seq_lens) or (None, None)
             if key is None:
                 key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
@@ -303,7 +303,7 @@ class RaggedAttentionRunner:
                 batch_invariant=batch_invariant, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
         try:
             key, read = _calls.ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, None, out,
-                                               None, sinks, k_scale, v_scale) or (None, None)
+                                               (), sinks, k_scale, v_scale) or (None, None)
             if key is None:  # as in PagedAttentionRunner.run
                 key = (q.__class__, q.shape, q.stride(), q.dtype, q.device, q.is_neg(),
                        _calls.value_signature(k), _calls.value_signature(v), _calls.out_key(out),

@@ -69,6 +69,39 @@ bool TensorReader::Init() {
   return true;
 }
 
+bool TensorReader::AppendOption(PyObject* value, std::string& key) {
+  if (value == Py_None) {
+    key.push_back('n');
+  } else if (value == Py_True || value == Py_False) {
+    key.push_back(value == Py_True ? 'T' : 'F');
+  } else if (PyLong_CheckExact(value)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return false;
+    }
+    key.push_back('i');
+    Append(key, static_cast<int64_t>(v));
+  } else if (PyFloat_CheckExact(value)) {
+    key.push_back('f');
+    Append(key, PyFloat_AS_DOUBLE(value));
+  } else if (PyUnicode_CheckExact(value)) {
+    Py_ssize_t size = 0;
+    const char* text = PyUnicode_AsUTF8AndSize(value, &size);
+    if (text == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    key.push_back('s');
+    Append(key, static_cast<int64_t>(size));
+    key.append(text, static_cast<size_t>(size));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 bool TensorReader::AppendKey(PyObject* object, std::string& key, std::uintptr_t& address) const {
   if (object == Py_None) {
     key.push_back('\0');

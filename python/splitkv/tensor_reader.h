@@ -37,6 +37,13 @@ class TensorReader {
   // Python error is left set either way.
   bool AppendKey(PyObject* object, std::string& key, std::uintptr_t& address) const;
 
+  // Appends an option value to `key`: None, or an exact bool, int (within int64), float or
+  // str, tagged by type (True == 1 == 1.0 in Python, not here; -0.0 and 0.0 differ, which
+  // costs one more full-path call at most). Returns false for anything else (a subclass, such
+  // as numpy.float64 or an IntEnum, or an object whose value could change): the caller keys
+  // the call in Python. No Python error is left set either way.
+  static bool AppendOption(PyObject* value, std::string& key);
+
   // torch's current CUDA stream on `device` (the reader must be on); false with a Python
   // error set if torch cannot say.
   bool CurrentCudaStream(int device, void** stream) const {

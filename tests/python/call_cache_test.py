@@ -292,7 +292,7 @@ def test_layout_key_names_every_tensor_property_the_full_path_checks(device):
     harness.require(device)
 
     def key(*objects):
-        read = _calls._read_layouts(*objects)
+        read = _calls._read_layouts((), *objects)
         return None if read is None else read[0]
 
     x = torch.randn(6, 4, 8, device=device, dtype=_DTYPE)
@@ -336,8 +336,31 @@ def test_layout_key_names_every_tensor_property_the_full_path_checks(device):
     # empty tensors included), 0 for None.
     views = [x, x[2:], x[:, 1], x.transpose(0, 1)[3:], x[:0], torch.zeros(5, device=device,
                                                                        dtype=torch.int32)[1:]]
-    read = _calls._read_layouts(*views, None)
+    read = _calls._read_layouts((), *views, None)
     assert read[1:] == tuple(v.data_ptr() for v in views) + (0,)
+
+
+class _Float(float):
+    pass
+
+
+@_reader
+def test_layout_key_names_option_values_by_type_and_value():
+    # Option values enter the key by exact type and value: True == 1 == 1.0 in a Python key,
+    # yet the full path refuses a bool where it wants an int (and the reverse).
+    def key(*options):
+        read = _calls._read_layouts(options, None)
+        return None if read is None else read[0]
+
+    values = [None, True, False, 0, 1, -1, 2**40, 1.0, 0.5, -0.0, 0.0, "HND", "NHD", ""]
+    keys = [key(v) for v in values]
+    assert None not in keys and len(set(keys)) == len(values)
+    assert key(1, None) != key(None, 1) and key("ab", "c") != key("a", "bc")
+    assert key(0.5) == key(0.5) and key("HND") == key("H" + "ND")
+    # Values the key cannot name exactly: the Python key decides.
+    for value in (2**70, _Float(0.5), [1], (1,), object()):
+        assert key(value) is None, value
+    assert _calls._read_layouts([1], None) is None  # options must be a tuple
 
 
 @_reader
