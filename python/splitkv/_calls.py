@@ -475,7 +475,8 @@ def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_
     """Launches a call of `layout` from its addresses (the inputs, out, lse), or from `read`
     ((LayoutKey's result, out's address, lse's): the scales' addresses are in it), holding
     the workspace. False, having launched nothing, when out or the workspace shares bytes
-    with another tensor of the call: the full path then refuses it with its message."""
+    with another tensor of the call, or another call holds the workspace: the full path then
+    refuses it with its message."""
     buffer, _, c_workspace, busy, order, _ = view
     if c_workspace is None:  # a user's tensor: no cached view
         c_workspace = workspace_module.c_workspace(workspace, buffer)
@@ -484,7 +485,10 @@ def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_
     if read is None:
         scales = (_NO_SCALES if k_scale is None and v_scale is None
                   else _scale_addresses(k_scale, v_scale))
-    workspace_module.acquire(op, busy)
+    if not workspace_module.claim(busy):
+        # Held by another call: the full path refuses it, after its own checks (an overlap
+        # is named first there), so both paths give one message.
+        return False
     try:
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "before")

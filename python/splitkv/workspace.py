@@ -714,11 +714,16 @@ def stream_order(key, device):
     return order
 
 
+def claim(key):
+    """Marks the memory of ``key`` busy for one call if no other call holds it; returns
+    whether it did. (dict.setdefault is one atomic step: no lock is needed to claim a key.)"""
+    mine = object()
+    return _in_use.setdefault(key, mine) is mine
+
+
 def acquire(op, key):
-    """Marks the memory of ``key`` busy for one call; refuses it if another call holds it.
-    (dict.setdefault is one atomic step: no lock is needed to claim a key.)"""
-    claim = object()
-    if _in_use.setdefault(key, claim) is not claim:
+    """As claim, refusing the call if another call holds the memory."""
+    if not claim(key):
         _checks.fail(op, "workspace", "in use", "a workspace no other call is using",
                      "one that another thread is using",
                      "use one Workspace per thread (and per CUDA stream)")

@@ -488,3 +488,30 @@ def test_new_out_strides_are_the_full_paths(device):
                                     workspace) for _ in range(2)]
     assert [o.stride() for o in outs] == [(64, 64, 1)] * 2
     assert torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cached_call_on_a_held_workspace_names_what_the_full_path_names(device):
+    # A cached call used to claim the workspace before its overlap checks: with the
+    # workspace held by another call and out over q it said "workspace in use", the full
+    # path "out overlaps q". Now it gives the held workspace back to the full path.
+    harness.require(device)
+    from splitkv import workspace as workspace_module
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_paged([40, 17], page_size=16, dtype=_DTYPE, device=device)
+    for _ in range(2):  # the layout of a call with out given is cached
+        problem.run(workspace, out=torch.empty_like(problem.q))
+    key = workspace_module.busy_key(workspace.tensor)
+    workspace_module.acquire("test", key)  # another call holds it
+    try:
+        for clear in (False, True):  # the cached layout, then the full path
+            if clear:
+                _calls._layouts.clear()
+            with pytest.raises(ValueError, match="^paged_attention: out overlaps q"):
+                problem.run(workspace, out=problem.q)
+            with pytest.raises(ValueError, match="^paged_attention: workspace in use"):
+                problem.run(workspace, out=torch.empty_like(problem.q))
+    finally:
+        workspace_module.release(key)
+    harness.assert_close(problem.run(workspace), problem.reference()[0], _DTYPE)
+    harness.assert_counter_region_zero(workspace)
