@@ -16,7 +16,8 @@ The shared core of :mod:`splitkv.attention` (the eager functions and the plan ob
   tensors only), else built from their Python attributes. What depends on the addresses is
   checked on every call, by that C++ call before it launches: a caller's `out` or the
   workspace sharing bytes with another tensor sends the call to the full path, which
-  refuses it with its own message. Index values (CPU) and the counters are the C++ launcher's, on every call.
+  refuses it with its own message. Index values (CPU) and the counters are the C++
+  launcher's, on every call.
 
 Both paths launch the same work with the same params; only the host time differs.
 """
@@ -492,26 +493,23 @@ def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_
     try:
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "before")
-        if not layout.cuda:
-            if read is not None:
-                if not layout.launch_read(*read, c_workspace, 0, -1, max_q_len, None):
-                    return False
-            elif not layout.launch(*addresses, c_workspace, 0, -1, max_q_len, *scales, None):
-                return False
-        else:
+        if layout.cuda:
             # The C++ call makes the tensors' device current for the launch (and back), and
             # runs the stream order (wait for the workspace's last launch on another stream,
-            # record this one) around it.
+            # record this one) around it. Stream None: it asks torch's DLPack table for the
+            # current one.
             index = layout.device.index
-            # None: the C++ call asks torch's DLPack table for the current stream.
             stream = (None if _read_layouts is not None
                       else workspace_module.current_raw_stream(index))
-            if read is not None:
-                if not layout.launch_read(*read, c_workspace, stream, index, max_q_len, order):
-                    return False
-            elif not layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales,
-                                   order):
-                return False
+        else:
+            index, stream, order = -1, 0, None
+        if read is not None:
+            launched = layout.launch_read(*read, c_workspace, stream, index, max_q_len, order)
+        else:
+            launched = layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales,
+                                     order)
+        if not launched:
+            return False
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "after")
         return True
@@ -602,15 +600,12 @@ def kv_cache_key(kv_cache):
             kv_cache.device, kv_cache.is_neg())
 
 
-
-
 def _split_scales(k_scale, v_scale):
     """(k_scale, v_scale) split for LayoutKey: the per-head scale tensors (among its tensors)
     and the float scales (among its option values), None for what is not there."""
     if k_scale is None and v_scale is None:
         return None, None, None, None
-    k_tensor = k_scale if isinstance(k_scale, torch.Tensor) else None
-    v_tensor = v_scale if isinstance(v_scale, torch.Tensor) else None
+    k_tensor, v_tensor = _scale_tensors(k_scale, v_scale)
     return (k_tensor, v_tensor, None if k_tensor is not None else k_scale,
             None if v_tensor is not None else v_scale)
 
@@ -724,10 +719,15 @@ def paged_layout(*args):
 
 def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, workspace,
                         cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale, kv_offsets,
-                        full_seq_lens):
-    """A paged call of a validated `layout` from its tensors' addresses (the per-call path of
-    paged_call and of a PagedAttentionRunner's run): (out, lse), or None, having launched
-    nothing, when out or the workspace shares bytes with another tensor (launch_layout)."""
+                        full_seq_lens, read):
+    """A paged call of a validated `layout` from its tensors' addresses, or from `read` (the
+    key's LayoutKey result, None for a Python key) (the per-call path of paged_call and of a
+    PagedAttentionRunner's run): (out, lse), or None, having launched nothing, when out or
+    the workspace shares bytes with another tensor, or another call holds the workspace
+    (launch_layout)."""
+    if read is not None:
+        return _launch_read(op, layout, view, read, q, workspace, return_lse, out,
+                            call_max_q_len(layout, cu_seqlens_q, True))
     if layout.v_offset is None:
         k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
     else:
@@ -747,9 +747,9 @@ def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, w
     return result, lse
 
 
-def launch_read(op, layout, view, read, q, workspace, return_lse, out, max_q_len):
-    """As launch_paged_layout / launch_ragged_layout, from LayoutKey's result `read` (the
-    inputs' addresses came with the key): (out, lse), or None, having launched nothing."""
+def _launch_read(op, layout, view, read, q, workspace, return_lse, out, max_q_len):
+    """launch_paged_layout / launch_ragged_layout from LayoutKey's result `read` (the inputs'
+    addresses came with the key)."""
     result, lse = new_outputs(layout, q, out, return_lse)
     if not launch_layout(op, layout, None, workspace, view, max_q_len, None, None,
                          (read, result.data_ptr(), 0 if lse is None else lse.data_ptr())):
@@ -770,13 +770,9 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                                             out, max_q_len, batch_invariant, sinks, k_scale,
                                             v_scale, kv_offsets, full_seq_lens)
     if layout is not None:
-        if read is not None:
-            ran = launch_read(op, layout, view, read, q, workspace, return_lse, out,
-                               call_max_q_len(layout, cu_seqlens_q, True))
-        else:
-            ran = launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens,
-                                      workspace, cu_seqlens_q, return_lse, out, sinks, k_scale,
-                                      v_scale, kv_offsets, full_seq_lens)
+        ran = launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, workspace,
+                                  cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale,
+                                  kv_offsets, full_seq_lens, read)
         if ran is not None:
             return ran
     params, new_out, lse = paged_params(
@@ -843,8 +839,11 @@ def ragged_layout(*args):
 
 
 def launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
-                         return_lse, out, sinks, k_scale, v_scale):
+                         return_lse, out, sinks, k_scale, v_scale, read):
     """As launch_paged_layout, for a ragged layout."""
+    if read is not None:
+        return _launch_read(op, layout, view, read, q, workspace, return_lse, out,
+                            call_max_q_len(layout, cu_seqlens_q, False))
     result, lse = new_outputs(layout, q, out, return_lse)
     addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                  0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
@@ -865,12 +864,8 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                                              num_splits, return_lse, out, max_q_len,
                                              batch_invariant, sinks, k_scale, v_scale)
     if layout is not None:
-        if read is not None:
-            ran = launch_read(op, layout, view, read, q, workspace, return_lse, out,
-                               call_max_q_len(layout, cu_seqlens_q, False))
-        else:
-            ran = launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
-                                       workspace, return_lse, out, sinks, k_scale, v_scale)
+        ran = launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                   workspace, return_lse, out, sinks, k_scale, v_scale, read)
         if ran is not None:
             return ran
     params, new_out, lse = ragged_params(

@@ -227,7 +227,9 @@ void* LaunchStream(const py::handle& stream, int device) {
   if (stream.is_none()) {
     void* current = nullptr;
     if (!tensor_reader.on() || !tensor_reader.CurrentCudaStream(device, &current)) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "splitkv internal: no current stream without the tensor reader");
+      if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_RuntimeError, "splitkv internal: no current stream without the tensor reader");
+      }
       throw py::error_already_set();
     }
     return current;
@@ -261,7 +263,6 @@ bool Overlap(std::uintptr_t a, int64_t a_bytes, std::uintptr_t b, int64_t b_byte
 // address only, as the cache is one tensor).
 template <typename Params, size_t kNumInputs>
 struct CallTemplate {
-  static constexpr size_t kInputs = kNumInputs;
   Params plan;
   std::array<int64_t, kNumInputs + 1> extents{};
   std::optional<int64_t> v_offset;
@@ -514,7 +515,6 @@ void BindLaunchers(py::module_& m) {
   m.def("CudaBackendAvailable", &CudaBackendAvailable);
 }
 
-// MergeStates from addresses and strides, one call (merge.py builds no params object).
 // ---- layout keys (python/splitkv/_calls.py's cache), read through torch's DLPack table ----
 
 // LayoutKey(options, *tensors): (key, address, ...): bytes naming the option values (a
@@ -573,6 +573,7 @@ void BindTensorReader(py::module_& m) {
   m.add_object("LayoutKey", py::reinterpret_steal<py::object>(PyCFunction_New(&layout_key_def, nullptr)));
 }
 
+// MergeStates from addresses and strides, one call (merge.py builds no params object).
 void BindMerge(py::module_& m) {
   m.def(
       "MergeStates",

@@ -1,24 +1,10 @@
 #include "python/splitkv/tensor_reader.h"
 
 #include <cstdint>
-#include <cstring>
+#include <string>
 
 namespace splitkv {
 namespace {
-
-// New references to torch.Tensor and its attribute `name`, or false with no error set.
-bool TensorAttribute(const char* name, PyObject** tensor_type, PyObject** attribute) {
-  PyObject* torch = PyImport_ImportModule("torch");
-  *tensor_type = torch != nullptr ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
-  Py_XDECREF(torch);
-  *attribute = *tensor_type != nullptr ? PyObject_GetAttrString(*tensor_type, name) : nullptr;
-  if (*attribute == nullptr) {
-    Py_XDECREF(*tensor_type);
-    PyErr_Clear();
-    return false;
-  }
-  return true;
-}
 
 // The dtypes of a call's tensors: q / out (float16, bfloat16, float32), K/V (those or
 // float8_e4m3fn), index tensors (int32), sinks and per-head scales (float32).
@@ -47,18 +33,22 @@ void Append(std::string& key, const T& value) {
 
 bool TensorReader::Init() {
   if (on()) return true;
-  PyObject *tensor_type, *table, *unused, *is_neg;
-  if (!TensorAttribute("__dlpack_c_exchange_api__", &tensor_type, &table)) return false;
-  const auto* api = static_cast<const dlpack::ExchangeApi*>(PyCapsule_GetPointer(table, "dlpack_exchange_api"));
-  Py_DECREF(table);
-  const bool ok = TensorAttribute("is_neg", &unused, &is_neg);
-  if (ok) Py_DECREF(unused);
+  PyObject* torch = PyImport_ImportModule("torch");
+  PyObject* tensor_type = torch != nullptr ? PyObject_GetAttrString(torch, "Tensor") : nullptr;
+  Py_XDECREF(torch);
+  PyObject* table =
+      tensor_type != nullptr ? PyObject_GetAttrString(tensor_type, "__dlpack_c_exchange_api__") : nullptr;
+  PyObject* is_neg = tensor_type != nullptr ? PyObject_GetAttrString(tensor_type, "is_neg") : nullptr;
+  const auto* api = table != nullptr
+                        ? static_cast<const dlpack::ExchangeApi*>(PyCapsule_GetPointer(table, "dlpack_exchange_api"))
+                        : nullptr;
+  Py_XDECREF(table);
   // The table's layout is DLPack 1.x's from minor version 2 on (the first with it).
-  if (api == nullptr || !ok || api->version.major != 1 || api->version.minor < 2 ||
+  if (api == nullptr || is_neg == nullptr || api->version.major != 1 || api->version.minor < 2 ||
       api->tensor_from_object == nullptr || api->current_work_stream == nullptr) {
     PyErr_Clear();
-    Py_DECREF(tensor_type);
-    if (ok) Py_DECREF(is_neg);
+    Py_XDECREF(tensor_type);
+    Py_XDECREF(is_neg);
     return false;
   }
   // Both stay referenced for the life of the process (the table lives as long as torch).
