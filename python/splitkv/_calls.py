@@ -436,7 +436,7 @@ class _Layout:
     of this layout needs besides addresses (the shapes of new outputs, where the work runs)."""
 
     __slots__ = ("launch", "launch_read", "max_q_len", "out_shape", "lse_shape", "cuda", "device",
-                 "v_offset", "host_max_q_len", "q_contiguous", "plain_q")
+                 "v_offset", "host_max_q_len", "q_contiguous", "plain_q", "index", "read_stream")
 
     def __init__(self, template, params, q, operands, max_q_len, cu_seqlens_q, v_offset=None):
         # Extents in the order the call passes the addresses: the inputs, then out.
@@ -452,6 +452,10 @@ class _Layout:
         self.lse_shape = tuple(q.shape[:2])
         self.device = q.device
         self.cuda = q.device.type == "cuda"
+        # launch_read's device and stream: on CUDA the device's index and None (the C++ call
+        # asks torch's DLPack table for the current stream), on the CPU -1 and 0.
+        self.index = q.device.index if self.cuda else -1
+        self.read_stream = None if self.cuda else 0
         self.v_offset = v_offset
         # max_q_len left to the call: computed from cu_seqlens_q on the host (by the C++
         # binding on the CPU, where it is free; with a sync on CUDA, as the full path does).
@@ -472,20 +476,25 @@ def workspace_view(workspace):
     return (workspace, tensor_signature(workspace), None, None, None, None)
 
 
-def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale, read=None):
-    """Launches a call of `layout` from its addresses (the inputs, out, lse), or from `read`
-    ((LayoutKey's result, out's address, lse's): the scales' addresses are in it), holding
-    the workspace. False, having launched nothing, when out or the workspace shares bytes
-    with another tensor of the call, or another call holds the workspace: the full path then
-    refuses it with its message."""
+def _user_view(workspace, buffer):
+    """(C++ view, busy key, stream order) of a workspace given as a user's tensor (a Workspace
+    caches them in its _launch_view)."""
+    busy = workspace_module.busy_key(buffer)
+    return (workspace_module.c_workspace(workspace, buffer), busy,
+            workspace_module.stream_order(busy, buffer.device))
+
+
+def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
+    """Launches a call of `layout` from its addresses (the inputs, out, lse), holding the
+    workspace (the per-call path of a call keyed in Python; launch_read is the C++ key's).
+    False, having launched nothing, when out or the workspace shares bytes with another
+    tensor of the call, or another call holds the workspace: the full path then refuses it
+    with its message."""
     buffer, _, c_workspace, busy, order, _ = view
-    if c_workspace is None:  # a user's tensor: no cached view
-        c_workspace = workspace_module.c_workspace(workspace, buffer)
-        busy = workspace_module.busy_key(buffer)
-        order = workspace_module.stream_order(busy, buffer.device)
-    if read is None:
-        scales = (_NO_SCALES if k_scale is None and v_scale is None
-                  else _scale_addresses(k_scale, v_scale))
+    if c_workspace is None:
+        c_workspace, busy, order = _user_view(workspace, buffer)
+    scales = (_NO_SCALES if k_scale is None and v_scale is None
+              else _scale_addresses(k_scale, v_scale))
     if not workspace_module.claim(busy):
         # Held by another call: the full path refuses it, after its own checks (an overlap
         # is named first there), so both paths give one message.
@@ -498,23 +507,55 @@ def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_
             # runs the stream order (wait for the workspace's last launch on another stream,
             # record this one) around it. Stream None: it asks torch's DLPack table for the
             # current one.
-            index = layout.device.index
+            index = layout.index
             stream = (None if _read_layouts is not None
                       else workspace_module.current_raw_stream(index))
         else:
             index, stream, order = -1, 0, None
-        if read is not None:
-            launched = layout.launch_read(*read, c_workspace, stream, index, max_q_len, order)
-        else:
-            launched = layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales,
-                                     order)
-        if not launched:
+        if not layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales, order):
             return False
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "after")
         return True
     finally:
         workspace_module.release(busy)
+
+
+def launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlens_q, paged):
+    """A call of `layout` from LayoutKey's result `read` (the inputs' addresses came with the
+    key), holding the workspace: (out, lse), or None, having launched nothing, when `out` is
+    not writable in place, out or the workspace shares bytes with another tensor of the
+    call, or another call holds the workspace (the full path then refuses it with its
+    message). The per-call path of every call keyed in C++ (paged_call, ragged_call, the
+    runners), written as one function: a Python call costs a few tenths of a microsecond,
+    and this path is most of a call's host time (launch_layout is the same for addresses)."""
+    if out is not None and not _checks.out_writable(out):
+        return None  # the full path says why
+    if out is None or return_lse:
+        result, lse = new_outputs(layout, q, out, return_lse)
+    else:
+        result, lse = out, None
+    buffer, _, c_workspace, busy, order, _ = view
+    if c_workspace is None:
+        c_workspace, busy, order = _user_view(workspace, buffer)
+    if not workspace_module.claim(busy):
+        return None  # as in launch_layout
+    try:
+        if workspace_module.CHECK_EVERY_CALL:
+            workspace_module.check_every_call(op, workspace, buffer, "before")
+        # As launch_layout's (on the CPU read_stream is 0 and the order None).
+        if not layout.launch_read(read, result.data_ptr(), 0 if lse is None else lse.data_ptr(),
+                                  c_workspace, layout.read_stream, layout.index,
+                                  call_max_q_len(layout, cu_seqlens_q, paged)
+                                  if layout.host_max_q_len else layout.max_q_len, order):
+            return None
+        if workspace_module.CHECK_EVERY_CALL:
+            workspace_module.check_every_call(op, workspace, buffer, "after")
+    finally:
+        workspace_module.release(busy)
+    if out is not None:
+        increment_version(out)  # as written()
+    return result, lse
 
 
 def call_max_q_len(layout, cu_seqlens_q, paged):
@@ -603,8 +644,6 @@ def kv_cache_key(kv_cache):
 def _split_scales(k_scale, v_scale):
     """(k_scale, v_scale) split for LayoutKey: the per-head scale tensors (among its tensors)
     and the float scales (among its option values), None for what is not there."""
-    if k_scale is None and v_scale is None:
-        return None, None, None, None
     k_tensor, v_tensor = _scale_tensors(k_scale, v_scale)
     return (k_tensor, v_tensor, None if k_tensor is not None else k_scale,
             None if v_tensor is not None else v_scale)
@@ -628,13 +667,15 @@ def paged_read_key(q, kv_cache, block_tables, seq_lens, workspace_signature, cu_
         k, v = kv_cache
     else:
         k, v = kv_cache, None  # a 5-D cache
-    k_tensor, v_tensor, k_value, v_value = _split_scales(k_scale, v_scale)
+    if k_scale is None and v_scale is None:  # the usual case, without a call
+        k_tensor = v_tensor = k_value = v_value = None
+    else:
+        k_tensor, v_tensor, k_value, v_value = _split_scales(k_scale, v_scale)
     read = _read_layouts((PAGED, form, k_value, v_value, *options), q, k, v, sinks, block_tables,
                          seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens, k_tensor, v_tensor,
                          out)
     if read is None:
         return None
-    writable(out)
     return (read[0], workspace_signature), read
 
 
@@ -643,12 +684,14 @@ def ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace_signature, o
     """As paged_read_key, for a ragged call."""
     if _read_layouts is None:
         return None
-    k_tensor, v_tensor, k_value, v_value = _split_scales(k_scale, v_scale)
+    if k_scale is None and v_scale is None:
+        k_tensor = v_tensor = k_value = v_value = None
+    else:
+        k_tensor, v_tensor, k_value, v_value = _split_scales(k_scale, v_scale)
     read = _read_layouts((RAGGED, k_value, v_value, *options), q, k, v, sinks, cu_seqlens_q,
                          cu_seqlens_kv, k_tensor, v_tensor, out)
     if read is None:
         return None
-    writable(out)
     return (read[0], workspace_signature), read
 
 
@@ -695,7 +738,8 @@ def _paged_lookup(q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, 
     # Sinks, per-head scales, kv_offsets and full_seq_lens enter by their layout
     # (tensor_signature), their addresses per call.
     try:
-        view = workspace_view(workspace)
+        view = (workspace._launch_view() if workspace.__class__ is Workspace
+                else workspace_view(workspace))  # workspace_view, a call fewer
         options = (kv_layout, sm_scale, causal, window_left, logits_soft_cap, num_splits,
                    return_lse, max_q_len, batch_invariant)
         key_read = paged_read_key(q, kv_cache, block_tables, seq_lens, view[1], cu_seqlens_q,
@@ -726,8 +770,8 @@ def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, w
     the workspace shares bytes with another tensor, or another call holds the workspace
     (launch_layout)."""
     if read is not None:
-        return _launch_read(op, layout, view, read, q, workspace, return_lse, out,
-                            call_max_q_len(layout, cu_seqlens_q, True))
+        return launch_read(op, layout, view, read, q, workspace, return_lse, out,
+                           cu_seqlens_q, True)
     if layout.v_offset is None:
         k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
     else:
@@ -747,17 +791,6 @@ def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, w
     return result, lse
 
 
-def _launch_read(op, layout, view, read, q, workspace, return_lse, out, max_q_len):
-    """launch_paged_layout / launch_ragged_layout from LayoutKey's result `read` (the inputs'
-    addresses came with the key)."""
-    result, lse = new_outputs(layout, q, out, return_lse)
-    if not launch_layout(op, layout, None, workspace, view, max_q_len, None, None,
-                         (read, result.data_ptr(), 0 if lse is None else lse.data_ptr())):
-        return None
-    written(out)
-    return result, lse
-
-
 def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
                sm_scale, causal, window_left, logits_soft_cap, num_splits, return_lse, out,
                max_q_len, batch_invariant=False, sinks=None, k_scale=None, v_scale=None,
@@ -770,9 +803,11 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                                             out, max_q_len, batch_invariant, sinks, k_scale,
                                             v_scale, kv_offsets, full_seq_lens)
     if layout is not None:
-        ran = launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, workspace,
-                                  cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale,
-                                  kv_offsets, full_seq_lens, read)
+        ran = (launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
+                           True) if read is not None else
+               launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens,
+                                   workspace, cu_seqlens_q, return_lse, out, sinks, k_scale,
+                                   v_scale, kv_offsets, full_seq_lens, None))
         if ran is not None:
             return ran
     params, new_out, lse = paged_params(
@@ -819,7 +854,8 @@ def _ragged_lookup(q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_s
                    batch_invariant, sinks, k_scale, v_scale):
     """As _paged_lookup, for a ragged call."""
     try:
-        view = workspace_view(workspace)
+        view = (workspace._launch_view() if workspace.__class__ is Workspace
+                else workspace_view(workspace))  # workspace_view, a call fewer
         options = (causal, sm_scale, window_left, logits_soft_cap, num_splits, return_lse,
                    max_q_len, batch_invariant)
         key_read = ragged_read_key(q, k, v, cu_seqlens_q, cu_seqlens_kv, view[1], out, options,
@@ -842,8 +878,8 @@ def launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
                          return_lse, out, sinks, k_scale, v_scale, read):
     """As launch_paged_layout, for a ragged layout."""
     if read is not None:
-        return _launch_read(op, layout, view, read, q, workspace, return_lse, out,
-                            call_max_q_len(layout, cu_seqlens_q, False))
+        return launch_read(op, layout, view, read, q, workspace, return_lse, out,
+                           cu_seqlens_q, False)
     result, lse = new_outputs(layout, q, out, return_lse)
     addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                  0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
@@ -864,8 +900,10 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                                              num_splits, return_lse, out, max_q_len,
                                              batch_invariant, sinks, k_scale, v_scale)
     if layout is not None:
-        ran = launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
-                                   workspace, return_lse, out, sinks, k_scale, v_scale, read)
+        ran = (launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
+                           False) if read is not None else
+               launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                    workspace, return_lse, out, sinks, k_scale, v_scale, None))
         if ran is not None:
             return ran
     params, new_out, lse = ragged_params(
