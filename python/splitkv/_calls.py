@@ -417,6 +417,10 @@ def ragged_params(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, s
 # Layouts that passed the full path, by key (_paged_key, _ragged_key). Bounded: a process
 # that keeps making new shapes (every batch size of a server) forgets them all at once and
 # starts over, which costs one full-path call per layout.
+# A template's launch from a LayoutKey result: raw C++ functions (pybind11's dispatch of a
+# method would cost ~0.5 us a call).
+_READ_LAUNCHES = {_splitkv.PagedTemplate: _splitkv.LaunchPagedRead,
+                  _splitkv.RaggedTemplate: _splitkv.LaunchRaggedRead}
 _MAX_LAYOUTS = 1024
 _layouts = {}
 
@@ -435,13 +439,14 @@ class _Layout:
     the call's tensors, for the overlap checks; `launch` is its bound launch), and what a call
     of this layout needs besides addresses (the shapes of new outputs, where the work runs)."""
 
-    __slots__ = ("launch", "launch_read", "max_q_len", "out_shape", "lse_shape", "cuda", "device",
+    __slots__ = ("template", "launch", "launch_read", "max_q_len", "out_shape", "lse_shape", "cuda", "device",
                  "v_offset", "host_max_q_len", "q_contiguous", "plain_q", "index", "read_stream")
 
     def __init__(self, template, params, q, operands, max_q_len, cu_seqlens_q, v_offset=None):
         # Extents in the order the call passes the addresses: the inputs, then out.
-        made = template(params, [_extent(x) for x in operands], v_offset)
-        self.launch, self.launch_read = made.launch, made.launch_read
+        self.template = template(params, [_extent(x) for x in operands], v_offset)
+        self.launch = self.template.launch
+        self.launch_read = _READ_LAUNCHES[template]
         self.max_q_len = params.max_q_len
         self.out_shape = tuple(q.shape)
         # A new out is contiguous (the template's out strides): empty_like(q) makes one
@@ -544,8 +549,9 @@ def launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlen
         if workspace_module.CHECK_EVERY_CALL:
             workspace_module.check_every_call(op, workspace, buffer, "before")
         # As launch_layout's (on the CPU read_stream is 0 and the order None).
-        if not layout.launch_read(read, result.data_ptr(), 0 if lse is None else lse.data_ptr(),
-                                  c_workspace, layout.read_stream, layout.index,
+        if not layout.launch_read(layout.template, read, result.data_ptr(),
+                                  0 if lse is None else lse.data_ptr(), c_workspace,
+                                  layout.read_stream, layout.index,
                                   call_max_q_len(layout, cu_seqlens_q, paged)
                                   if layout.host_max_q_len else layout.max_q_len, order):
             return None
