@@ -359,9 +359,12 @@ bool LaunchPaged(const PagedTemplate& layout, const std::array<std::uintptr_t, 1
                  int64_t max_q_len, const py::object& order) {
   const auto [q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens, k_scales,
               v_scales] = inputs;
+  // The full path's names: a 5-D cache is one tensor, a pair's are kv_cache[0] and [1].
+  const bool five_d = layout.v_offset.has_value();
   layout.CheckPresent("paged_attention",
-                      {"q", "k_cache", "v_cache", "sinks", "block_tables", "seq_lens", "cu_seqlens_q", "kv_offsets",
-                       "full_seq_lens", "k_scale", "v_scale", "out"},
+                      {"q", five_d ? "kv_cache" : "kv_cache[0]", five_d ? "kv_cache" : "kv_cache[1]", "sinks",
+                       "block_tables", "seq_lens", "cu_seqlens_q", "kv_offsets", "full_seq_lens", "k_scale", "v_scale",
+                       "out"},
                       inputs, out);
   if (layout.SharesBytes(inputs, out, workspace)) return false;
   PagedAttentionParams p = layout.plan;

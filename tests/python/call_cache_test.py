@@ -6,6 +6,8 @@ Each test empties the layout cache first, so the first call of a layout takes th
 path and the next ones the cached one.
 """
 
+import re
+
 import pytest
 import torch
 
@@ -439,6 +441,31 @@ def _paged_freed(name, device):
         kwargs["v_scale"] = kwargs["k_scale"].clone()
     kwargs[name] = _freed(kwargs[name].clone())
     return kwargs
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["kv_cache", "kv_cache[0]", "kv_cache[1]"])
+def test_cached_layout_names_a_freed_kv_cache_as_the_full_path_does(device, name):
+    # The cached layout's C++ launch named a freed 5-D cache, or a pair's tensor, k_cache or
+    # v_cache; the full path names the argument: kv_cache, kv_cache[0] or kv_cache[1].
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    problem = harness.make_paged([40, 30], page_size=16, q_lens=[3, 2], dtype=_DTYPE,
+                                 device=device)
+    if name == "kv_cache":
+        kv_cache = problem.kv_cache.clone()
+    else:
+        kv_cache = (problem.kv_cache[:, 0].clone(), problem.kv_cache[:, 1].clone())
+    kwargs = {"q": problem.q, "block_tables": problem.block_tables, "seq_lens": problem.seq_lens,
+              "cu_seqlens_q": problem.cu_seqlens_q, "max_q_len": 3, "workspace": workspace}
+    expected = splitkv.paged_attention(kv_cache=kv_cache, **kwargs)
+    assert torch.equal(splitkv.paged_attention(kv_cache=kv_cache, **kwargs), expected)
+    assert len(_calls._layouts) > 0
+    _freed(kv_cache if name == "kv_cache" else kv_cache[int(name[-2])])
+    with pytest.raises(ValueError, match=f"^paged_attention: {re.escape(name)} is null: "
+                                         f"expected a valid pointer, got null$"):
+        splitkv.paged_attention(kv_cache=kv_cache, **kwargs)
+    harness.assert_counter_region_zero(workspace)
 
 
 @pytest.mark.parametrize("device", DEVICES)
