@@ -489,12 +489,16 @@ def _user_view(workspace, buffer):
             workspace_module.stream_order(busy, buffer.device))
 
 
-def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
+def launch_layout(layout, addresses, workspace, view, max_q_len, k_scale, v_scale):
     """Launches a call of `layout` from its addresses (the inputs, out, lse), holding the
     workspace (the per-call path of a call keyed in Python; launch_read is the C++ key's).
-    False, having launched nothing, when out or the workspace shares bytes with another
-    tensor of the call, or another call holds the workspace: the full path then refuses it
-    with its message."""
+    False, having launched nothing, when a tensor's storage was freed (a null address), out
+    or the workspace shares bytes with another tensor of the call, or another call holds the
+    workspace: the full path then refuses it with its message, in its order."""
+    if workspace_module.CHECK_EVERY_CALL:
+        # SPLITKV_CHECK_WORKSPACE=1 (a debugging mode): the full path, whose scans of the
+        # counter region come after its own checks (an overlap is named first there).
+        return False
     buffer, _, c_workspace, busy, order, _ = view
     if c_workspace is None:
         c_workspace, busy, order = _user_view(workspace, buffer)
@@ -505,8 +509,6 @@ def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_
         # is named first there), so both paths give one message.
         return False
     try:
-        if workspace_module.CHECK_EVERY_CALL:
-            workspace_module.check_every_call(op, workspace, buffer, "before")
         if layout.cuda:
             # The C++ call makes the tensors' device current for the launch (and back), and
             # runs the stream order (wait for the workspace's last launch on another stream,
@@ -517,25 +519,20 @@ def launch_layout(op, layout, addresses, workspace, view, max_q_len, k_scale, v_
                       else workspace_module.current_raw_stream(index))
         else:
             index, stream, order = -1, 0, None
-        if not layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales, order):
-            return False
-        if workspace_module.CHECK_EVERY_CALL:
-            workspace_module.check_every_call(op, workspace, buffer, "after")
-        return True
+        return layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales, order)
     finally:
         workspace_module.release(busy)
 
 
-def launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlens_q, paged):
+def launch_read(layout, view, read, q, workspace, return_lse, out, cu_seqlens_q, paged):
     """A call of `layout` from LayoutKey's result `read` (the inputs' addresses came with the
     key), holding the workspace: (out, lse), or None, having launched nothing, when `out` is
-    not writable in place, out or the workspace shares bytes with another tensor of the
-    call, or another call holds the workspace (the full path then refuses it with its
+    not writable in place, or as launch_layout (the full path then refuses it with its
     message). The per-call path of every call keyed in C++ (paged_call, ragged_call, the
     runners), written as one function: a Python call costs a few tenths of a microsecond,
     and this path is most of a call's host time (launch_layout is the same for addresses)."""
-    if out is not None and not _checks.out_writable(out):
-        return None  # the full path says why
+    if workspace_module.CHECK_EVERY_CALL or (out is not None and not _checks.out_writable(out)):
+        return None  # the full path: as in launch_layout; for out, it says why
     if out is None or return_lse:
         result, lse = new_outputs(layout, q, out, return_lse)
     else:
@@ -546,8 +543,6 @@ def launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlen
     if not workspace_module.claim(busy):
         return None  # as in launch_layout
     try:
-        if workspace_module.CHECK_EVERY_CALL:
-            workspace_module.check_every_call(op, workspace, buffer, "before")
         # As launch_layout's (on the CPU read_stream is 0 and the order None).
         if not layout.launch_read(layout.template, read, result.data_ptr(),
                                   0 if lse is None else lse.data_ptr(), c_workspace,
@@ -555,8 +550,6 @@ def launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlen
                                   call_max_q_len(layout, cu_seqlens_q, paged)
                                   if layout.host_max_q_len else layout.max_q_len, order):
             return None
-        if workspace_module.CHECK_EVERY_CALL:
-            workspace_module.check_every_call(op, workspace, buffer, "after")
     finally:
         workspace_module.release(busy)
     if out is not None:
@@ -767,7 +760,7 @@ def paged_layout(*args):
     return _paged_lookup(*args)[2]
 
 
-def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, workspace,
+def launch_paged_layout(layout, view, q, kv_cache, block_tables, seq_lens, workspace,
                         cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale, kv_offsets,
                         full_seq_lens, read):
     """A paged call of a validated `layout` from its tensors' addresses, or from `read` (the
@@ -776,7 +769,7 @@ def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, w
     the workspace shares bytes with another tensor, or another call holds the workspace
     (launch_layout)."""
     if read is not None:
-        return launch_read(op, layout, view, read, q, workspace, return_lse, out,
+        return launch_read(layout, view, read, q, workspace, return_lse, out,
                            cu_seqlens_q, True)
     if layout.v_offset is None:
         k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
@@ -790,7 +783,7 @@ def launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens, w
                  0 if kv_offsets is None else kv_offsets.data_ptr(),
                  0 if full_seq_lens is None else full_seq_lens.data_ptr(), result.data_ptr(),
                  0 if lse is None else lse.data_ptr())
-    if not launch_layout(op, layout, addresses, workspace, view,
+    if not launch_layout(layout, addresses, workspace, view,
                          call_max_q_len(layout, cu_seqlens_q, True), k_scale, v_scale):
         return None
     written(out)
@@ -809,9 +802,9 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                                             out, max_q_len, batch_invariant, sinks, k_scale,
                                             v_scale, kv_offsets, full_seq_lens)
     if layout is not None:
-        ran = (launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
+        ran = (launch_read(layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
                            True) if read is not None else
-               launch_paged_layout(op, layout, view, q, kv_cache, block_tables, seq_lens,
+               launch_paged_layout(layout, view, q, kv_cache, block_tables, seq_lens,
                                    workspace, cu_seqlens_q, return_lse, out, sinks, k_scale,
                                    v_scale, kv_offsets, full_seq_lens, None))
         if ran is not None:
@@ -880,17 +873,17 @@ def ragged_layout(*args):
     return _ragged_lookup(*args)[2]
 
 
-def launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
+def launch_ragged_layout(layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
                          return_lse, out, sinks, k_scale, v_scale, read):
     """As launch_paged_layout, for a ragged layout."""
     if read is not None:
-        return launch_read(op, layout, view, read, q, workspace, return_lse, out,
+        return launch_read(layout, view, read, q, workspace, return_lse, out,
                            cu_seqlens_q, False)
     result, lse = new_outputs(layout, q, out, return_lse)
     addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                  0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
                  cu_seqlens_kv.data_ptr(), result.data_ptr(), 0 if lse is None else lse.data_ptr())
-    if not launch_layout(op, layout, addresses, workspace, view,
+    if not launch_layout(layout, addresses, workspace, view,
                          call_max_q_len(layout, cu_seqlens_q, False), k_scale, v_scale):
         return None
     written(out)
@@ -906,9 +899,9 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
                                              num_splits, return_lse, out, max_q_len,
                                              batch_invariant, sinks, k_scale, v_scale)
     if layout is not None:
-        ran = (launch_read(op, layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
+        ran = (launch_read(layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
                            False) if read is not None else
-               launch_ragged_layout(op, layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+               launch_ragged_layout(layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
                                     workspace, return_lse, out, sinks, k_scale, v_scale, None))
         if ran is not None:
             return ran

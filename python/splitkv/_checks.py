@@ -130,11 +130,13 @@ def same_dtype(op, name, x, ref_name, ref):
 
 
 def not_null(op, name, x):
-    """Refuses a tensor with elements but no memory (data_ptr() 0: its storage resized to 0,
-    as FSDP-style freeing leaves it, or an efficient-zero tensor). The launchers take a null
+    """Refuses a tensor with elements but no memory: its storage resized to 0, as FSDP-style
+    freeing leaves it (data_ptr() is then 0, or for a view at an offset the offset in bytes:
+    the storage's own address says), or an efficient-zero tensor. The launchers take a null
     address for an absent tensor (sinks, a per-head scale, kv_offsets), so such a tensor would
-    silently drop out of the call; the cached layouts' C++ launch gives the same message."""
-    if x.data_ptr() == 0 and x.numel() > 0:
+    silently drop out of the call, and a view's small address would be read. A cached
+    layout's C++ launch sends a null address here (the full path) for this message."""
+    if x.numel() > 0 and (x.data_ptr() == 0 or x.untyped_storage().data_ptr() == 0):
         fail(op, name, "is null", "a valid pointer", "null")
 
 

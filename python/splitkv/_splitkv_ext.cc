@@ -261,6 +261,10 @@ bool Overlap(std::uintptr_t a, int64_t a_bytes, std::uintptr_t b, int64_t b_byte
 // then out. An extent is 0 for an absent or empty tensor.
 // A paged layout of a 5-D cache also holds v's offset from k (launch_read then reads k's
 // address only, as the cache is one tensor).
+// No tensor's memory starts below this address: Linux maps nothing under vm.mmap_min_addr
+// (65536 by default), and CUDA's allocations lie far above it.
+constexpr std::uintptr_t kLowestMapped = 65536;
+
 template <typename Params, size_t kNumInputs>
 struct CallTemplate {
   Params plan;
@@ -293,17 +297,18 @@ struct CallTemplate {
     return inputs;
   }
 
-  // Throws InvalidArgument (ValueError) naming the first tensor the layout holds (a nonzero
-  // extent) whose address is now null: its storage was freed (resized to 0) after the layout
-  // was cached. Runs before anything reads host memory through these addresses (the CPU's
-  // seq_lens and cu_seqlens reads below), as the full path's null checks would.
-  void CheckPresent(const char* op, const std::array<const char*, kNumInputs + 1>& names,
-                    const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out) const {
+  // False when a tensor the layout holds (a nonzero extent) now has no memory: its storage
+  // was freed (resized to 0) after the layout was cached. torch then reports its address as
+  // 0, or for a view as its offset in bytes; an address below kLowestMapped is one of those,
+  // a larger offset cannot be told from an address here (docs/bad_inputs.md). The call then
+  // goes to the full path, which names it ("<op>: <name> is null"), in its own order among
+  // its other refusals. Runs before anything reads host memory through these addresses (the
+  // CPU's seq_lens and cu_seqlens reads below).
+  bool AllPresent(const std::array<std::uintptr_t, kNumInputs>& inputs, std::uintptr_t out) const {
     for (size_t i = 0; i <= kNumInputs; ++i) {
-      if (extents[i] > 0 && (i < kNumInputs ? inputs[i] : out) == 0) {
-        throw InvalidArgument(std::string(op) + ": " + names[i] + " is null: expected a valid pointer, got null");
-      }
+      if (extents[i] > 0 && (i < kNumInputs ? inputs[i] : out) < kLowestMapped) return false;
     }
+    return true;
   }
 
   // True if out shares a byte with any input (the index and per-head scale tensors too: the
@@ -359,14 +364,7 @@ bool LaunchPaged(const PagedTemplate& layout, const std::array<std::uintptr_t, 1
                  int64_t max_q_len, const py::object& order) {
   const auto [q, k_cache, v_cache, sinks, block_tables, seq_lens, cu_seqlens_q, kv_offsets, full_seq_lens, k_scales,
               v_scales] = inputs;
-  // The full path's names: a 5-D cache is one tensor, a pair's are kv_cache[0] and [1].
-  const bool five_d = layout.v_offset.has_value();
-  layout.CheckPresent("paged_attention",
-                      {"q", five_d ? "kv_cache" : "kv_cache[0]", five_d ? "kv_cache" : "kv_cache[1]", "sinks",
-                       "block_tables", "seq_lens", "cu_seqlens_q", "kv_offsets", "full_seq_lens", "k_scale", "v_scale",
-                       "out"},
-                      inputs, out);
-  if (layout.SharesBytes(inputs, out, workspace)) return false;
+  if (!layout.AllPresent(inputs, out) || layout.SharesBytes(inputs, out, workspace)) return false;
   PagedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k_cache = Address<const void>(k_cache);
@@ -414,10 +412,7 @@ bool LaunchRagged(const RaggedTemplate& layout, const std::array<std::uintptr_t,
                   std::uintptr_t lse, const WorkspaceBuffer& workspace, const py::handle& stream, int device,
                   int64_t max_q_len, const py::object& order) {
   const auto [q, k, v, sinks, cu_seqlens_q, cu_seqlens_kv, k_scales, v_scales] = inputs;
-  layout.CheckPresent("ragged_attention",
-                      {"q", "k", "v", "sinks", "cu_seqlens_q", "cu_seqlens_kv", "k_scale", "v_scale", "out"}, inputs,
-                      out);
-  if (layout.SharesBytes(inputs, out, workspace)) return false;
+  if (!layout.AllPresent(inputs, out) || layout.SharesBytes(inputs, out, workspace)) return false;
   RaggedAttentionParams p = layout.plan;
   p.q = Address<const void>(q);
   p.k = Address<const void>(k);

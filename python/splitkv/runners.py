@@ -227,10 +227,9 @@ class PagedAttentionRunner:
         try:
             hit = None if entry is None else _still_valid(entry, workspace, self._present, read)
             if hit is not None:
-                ran = _calls.launch_paged_layout(_calls.PAGED, *hit, q, kv_cache, block_tables,
-                                                 seq_lens, workspace, cu_seqlens_q, return_lse, out,
-                                                 sinks, k_scale, v_scale, kv_offsets, full_seq_lens,
-                                                 read)
+                ran = _calls.launch_paged_layout(*hit, q, kv_cache, block_tables, seq_lens,
+                                                 workspace, cu_seqlens_q, return_lse, out, sinks,
+                                                 k_scale, v_scale, kv_offsets, full_seq_lens, read)
                 if ran is not None:
                     return ran if return_lse else ran[0]
             args = (q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
@@ -309,9 +308,9 @@ class RaggedAttentionRunner:
         try:
             hit = None if entry is None else _still_valid(entry, workspace, self._present, read)
             if hit is not None:
-                ran = _calls.launch_ragged_layout(_calls.RAGGED, *hit, q, k, v, cu_seqlens_q,
-                                                  cu_seqlens_kv, workspace, return_lse, out, sinks,
-                                                  k_scale, v_scale, read)
+                ran = _calls.launch_ragged_layout(*hit, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                                  workspace, return_lse, out, sinks, k_scale,
+                                                  v_scale, read)
                 if ran is not None:
                     return ran if return_lse else ran[0]
             args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,

@@ -542,3 +542,131 @@ def test_cached_call_on_a_held_workspace_names_what_the_full_path_names(device):
         workspace_module.release(key)
     harness.assert_close(problem.run(workspace), problem.reference()[0], _DTYPE)
     harness.assert_counter_region_zero(workspace)
+
+
+def _first_refusal(call, spoil, cached):
+    """The ValueError message of call() after spoil(), with its layout cached first or not."""
+    _calls._layouts.clear()
+    if cached:
+        call()
+    spoil()
+    with pytest.raises(ValueError) as caught:
+        call()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", ["paged seq_lens and sinks freed", "ragged out and k_scale freed",
+                                  "ragged k_scale freed, out q"])
+def test_cached_call_names_the_first_of_two_refusals_as_the_full_path_does(device, case):
+    # The cached layout's C++ launch named a null tensor itself, in its template's input order
+    # (sinks before the index tensors, scales before out and before an overlap), so two
+    # refusals at once gave another message than the full path. A null address now sends the
+    # call to the full path (found by a helper).
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    messages = []
+    for cached in (False, True):
+        if case.startswith("paged"):
+            problem = harness.make_paged([40, 17, 64], page_size=16, dtype=_DTYPE, device=device)
+            t = {"seq_lens": problem.seq_lens.clone(),
+                 "sinks": torch.randn(problem.q.shape[1], device=device)}
+
+            def call():
+                return splitkv.paged_attention(problem.q, problem.kv_cache, problem.block_tables,
+                                               t["seq_lens"], workspace, sinks=t["sinks"])
+
+            def spoil():
+                _freed(t["seq_lens"]), _freed(t["sinks"])
+        else:
+            problem = harness.make_ragged([5, 3], [20, 9], dtype=_DTYPE, device=device)
+            k8, v8 = problem.k.to(torch.float8_e4m3fn), problem.v.to(torch.float8_e4m3fn)
+            t = {"out": torch.empty_like(problem.q), "k_scale": torch.ones(2, device=device)}
+
+            def call():
+                return splitkv.ragged_attention(problem.q, k8, v8, problem.cu_seqlens_q,
+                                                problem.cu_seqlens_kv, workspace, out=t["out"],
+                                                k_scale=t["k_scale"], v_scale=1.0)
+
+            def spoil():
+                _freed(t["k_scale"])
+                if case.endswith("out q"):
+                    t["out"] = problem.q
+                else:
+                    _freed(t["out"])
+        messages.append(_first_refusal(call, spoil, cached))
+    expected = {"paged seq_lens and sinks freed": "paged_attention: seq_lens is null",
+                "ragged out and k_scale freed": "ragged_attention: out is null",
+                "ragged k_scale freed, out q": "ragged_attention: out overlaps q"}[case]
+    assert messages[0].startswith(expected) and messages[1] == messages[0]
+    harness.assert_counter_region_zero(workspace)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_debug_counter_scans_come_after_the_checks_on_a_cached_layout(device, monkeypatch):
+    # SPLITKV_CHECK_WORKSPACE=1: a cached call scanned the counter region before the C++
+    # launch's overlap check, so a dirty region and out=q named the region (and reset it)
+    # where the full path names the overlap. Such calls now take the full path.
+    harness.require(device)
+    monkeypatch.setattr(splitkv.workspace, "CHECK_EVERY_CALL", True)
+    workspace = splitkv.Workspace(16 << 20, device)
+    problem = harness.make_paged([40, 17, 64], page_size=16, dtype=_DTYPE, device=device)
+
+    def call(out):
+        return splitkv.paged_attention(problem.q, problem.kv_cache, problem.block_tables,
+                                       problem.seq_lens, workspace, out=out)
+
+    def spoil():
+        workspace.counter_region().view(torch.int32)[5] = 7
+
+    messages = []
+    for cached in (False, True):
+        _calls._layouts.clear()
+        if cached:
+            call(torch.empty_like(problem.q))
+        spoil()
+        with pytest.raises(ValueError) as caught:
+            call(problem.q)
+        messages.append(str(caught.value))
+        workspace.reset()
+    assert messages[0].startswith("paged_attention: out overlaps q") and messages[1] == messages[0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["q", "seq_lens", "cu_seqlens_kv"])
+def test_a_view_of_freed_storage_is_refused_by_name(device, name):
+    # A view at an offset into storage resized to 0 reports its offset in bytes as its
+    # data_ptr(), not 0: both paths let it through and read that address (a crash on the
+    # CPU; found by a helper). The full path now asks the storage; the cached one takes an
+    # address below any mapping for null.
+    harness.require(device)
+    workspace = harness.shared_workspace(device)
+    for cached in (False, True):
+        _calls._layouts.clear()
+        if name == "cu_seqlens_kv":
+            problem = harness.make_ragged([5, 3], [20, 9], dtype=_DTYPE, device=device)
+            source = problem.cu_seqlens_kv
+        else:
+            problem = harness.make_paged([40, 17, 64], page_size=16, dtype=_DTYPE, device=device)
+            source = getattr(problem, name)
+        base = torch.zeros(source.numel() + 16, dtype=source.dtype, device=device)
+        view = base[16:].view(source.shape)
+        view.copy_(source)
+        tensors = {"q": problem.q, name: view}
+
+        def call():
+            if name == "cu_seqlens_kv":
+                return splitkv.ragged_attention(tensors["q"], problem.k, problem.v,
+                                                problem.cu_seqlens_q, tensors[name], workspace)
+            return splitkv.paged_attention(tensors["q"], problem.kv_cache, problem.block_tables,
+                                           tensors.get("seq_lens", problem.seq_lens), workspace)
+
+        if cached:
+            call()
+        base.untyped_storage().resize_(0)
+        assert view.data_ptr() != 0
+        op = "ragged_attention" if name == "cu_seqlens_kv" else "paged_attention"
+        with pytest.raises(ValueError, match=f"^{op}: {name} is null: expected a valid pointer, "
+                                             f"got null$"):
+            call()
+    harness.assert_counter_region_zero(workspace)

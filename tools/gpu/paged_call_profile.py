@@ -88,7 +88,7 @@ def main():
     print(f"layout.launch + stream order     "
           f"{_median_us(lambda: layout.launch(*addresses, view[2], stream, index, 1, 0, 0, view[4])):8.2f} us")
     print(f"_launch (stream order, launch)   "
-          f"{_median_us(lambda: _calls.launch_layout('p', layout, addresses, workspace, view, 1, None, None)):8.2f} us")
+          f"{_median_us(lambda: _calls.launch_layout(layout, addresses, workspace, view, 1, None, None)):8.2f} us")
     print(f"current_raw_stream               "
           f"{_median_us(lambda: workspace_module.current_raw_stream(0)):8.2f} us")
     event = torch.cuda.Event()
