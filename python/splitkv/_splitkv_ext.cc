@@ -448,7 +448,7 @@ bool LaunchRaggedFrom(const RaggedTemplate& layout, std::uintptr_t q, std::uintp
                       stream, device, max_q_len, order);
 }
 
-// Sets the Python error pybind11's default translators set for what a launch throws
+// Sets the Python error pybind11's default translators set for the standard exceptions
 // (errors.h: the std::invalid_argument family ValueError, CudaError RuntimeError), for the
 // raw functions below. Call it from a catch block.
 void SetPythonError() {
@@ -465,6 +465,12 @@ void SetPythonError() {
   } catch (const std::overflow_error& e) {
     PyErr_SetString(PyExc_OverflowError, e.what());
   } catch (const std::invalid_argument& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::domain_error& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::length_error& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::range_error& e) {
     PyErr_SetString(PyExc_ValueError, e.what());
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
