@@ -762,15 +762,10 @@ def paged_layout(*args):
 
 def launch_paged_layout(layout, view, q, kv_cache, block_tables, seq_lens, workspace,
                         cu_seqlens_q, return_lse, out, sinks, k_scale, v_scale, kv_offsets,
-                        full_seq_lens, read):
-    """A paged call of a validated `layout` from its tensors' addresses, or from `read` (the
-    key's LayoutKey result, None for a Python key) (the per-call path of paged_call and of a
-    PagedAttentionRunner's run): (out, lse), or None, having launched nothing, when out or
-    the workspace shares bytes with another tensor, or another call holds the workspace
-    (launch_layout)."""
-    if read is not None:
-        return launch_read(layout, view, read, q, workspace, return_lse, out,
-                           cu_seqlens_q, True)
+                        full_seq_lens):
+    """A paged call of a validated `layout` from its tensors' addresses (the per-call path of
+    a call keyed in Python, in paged_call and a PagedAttentionRunner's run; launch_read is
+    the C++ key's): (out, lse), or None, having launched nothing, as launch_layout."""
     if layout.v_offset is None:
         k_address, v_address = kv_cache[0].data_ptr(), kv_cache[1].data_ptr()
     else:
@@ -806,7 +801,7 @@ def paged_call(op, q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q,
                            True) if read is not None else
                launch_paged_layout(layout, view, q, kv_cache, block_tables, seq_lens,
                                    workspace, cu_seqlens_q, return_lse, out, sinks, k_scale,
-                                   v_scale, kv_offsets, full_seq_lens, None))
+                                   v_scale, kv_offsets, full_seq_lens))
         if ran is not None:
             return ran
     params, new_out, lse = paged_params(
@@ -874,11 +869,8 @@ def ragged_layout(*args):
 
 
 def launch_ragged_layout(layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace,
-                         return_lse, out, sinks, k_scale, v_scale, read):
+                         return_lse, out, sinks, k_scale, v_scale):
     """As launch_paged_layout, for a ragged layout."""
-    if read is not None:
-        return launch_read(layout, view, read, q, workspace, return_lse, out,
-                           cu_seqlens_q, False)
     result, lse = new_outputs(layout, q, out, return_lse)
     addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                  0 if sinks is None else sinks.data_ptr(), cu_seqlens_q.data_ptr(),
@@ -902,7 +894,7 @@ def ragged_call(op, q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_
         ran = (launch_read(layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
                            False) if read is not None else
                launch_ragged_layout(layout, view, q, k, v, cu_seqlens_q, cu_seqlens_kv,
-                                    workspace, return_lse, out, sinks, k_scale, v_scale, None))
+                                    workspace, return_lse, out, sinks, k_scale, v_scale))
         if ran is not None:
             return ran
     params, new_out, lse = ragged_params(

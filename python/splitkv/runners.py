@@ -227,9 +227,11 @@ class PagedAttentionRunner:
         try:
             hit = None if entry is None else _still_valid(entry, workspace, self._present, read)
             if hit is not None:
-                ran = _calls.launch_paged_layout(*hit, q, kv_cache, block_tables, seq_lens,
-                                                 workspace, cu_seqlens_q, return_lse, out, sinks,
-                                                 k_scale, v_scale, kv_offsets, full_seq_lens, read)
+                ran = (_calls.launch_read(*hit, read, q, workspace, return_lse, out,
+                                          cu_seqlens_q, True) if read is not None else
+                       _calls.launch_paged_layout(*hit, q, kv_cache, block_tables, seq_lens,
+                                                  workspace, cu_seqlens_q, return_lse, out, sinks,
+                                                  k_scale, v_scale, kv_offsets, full_seq_lens))
                 if ran is not None:
                     return ran if return_lse else ran[0]
             args = (q, kv_cache, block_tables, seq_lens, workspace, cu_seqlens_q, kv_layout,
@@ -308,9 +310,11 @@ class RaggedAttentionRunner:
         try:
             hit = None if entry is None else _still_valid(entry, workspace, self._present, read)
             if hit is not None:
-                ran = _calls.launch_ragged_layout(*hit, q, k, v, cu_seqlens_q, cu_seqlens_kv,
-                                                  workspace, return_lse, out, sinks, k_scale,
-                                                  v_scale, read)
+                ran = (_calls.launch_read(*hit, read, q, workspace, return_lse, out,
+                                          cu_seqlens_q, False) if read is not None else
+                       _calls.launch_ragged_layout(*hit, q, k, v, cu_seqlens_q, cu_seqlens_kv,
+                                                   workspace, return_lse, out, sinks, k_scale,
+                                                   v_scale))
                 if ran is not None:
                     return ran if return_lse else ran[0]
             args = (q, k, v, cu_seqlens_q, cu_seqlens_kv, workspace, causal, sm_scale, window_left,
