@@ -457,7 +457,7 @@ class _Layout:
         self.lse_shape = tuple(q.shape[:2])
         self.device = q.device
         self.cuda = q.device.type == "cuda"
-        # launch_read's device and stream: on CUDA the device's index and None (the C++ call
+        # The launches' device and stream: on CUDA the device's index and None (the C++ call
         # asks torch's DLPack table for the current stream), on the CPU -1 and 0.
         self.index = q.device.index if self.cuda else -1
         self.read_stream = None if self.cuda else 0
@@ -509,17 +509,14 @@ def launch_layout(layout, addresses, workspace, view, max_q_len, k_scale, v_scal
         # is named first there), so both paths give one message.
         return False
     try:
-        if layout.cuda:
-            # The C++ call makes the tensors' device current for the launch (and back), and
-            # runs the stream order (wait for the workspace's last launch on another stream,
-            # record this one) around it. Stream None: it asks torch's DLPack table for the
-            # current one.
-            index = layout.index
-            stream = (None if _read_layouts is not None
-                      else workspace_module.current_raw_stream(index))
-        else:
-            index, stream, order = -1, 0, None
-        return layout.launch(*addresses, c_workspace, stream, index, max_q_len, *scales, order)
+        # On CUDA the C++ call makes the tensors' device current for the launch (and back),
+        # and runs the stream order (wait for the workspace's last launch on another stream,
+        # record this one) around it; stream None: it asks torch's DLPack table for the
+        # current one. On the CPU index is -1, stream 0 and order None.
+        stream = (workspace_module.current_raw_stream(layout.index)
+                  if layout.cuda and _read_layouts is None else layout.read_stream)
+        return layout.launch(*addresses, c_workspace, stream, layout.index, max_q_len, *scales,
+                             order)
     finally:
         workspace_module.release(busy)
 
@@ -543,7 +540,7 @@ def launch_read(layout, view, read, q, workspace, return_lse, out, cu_seqlens_q,
     if not workspace_module.claim(busy):
         return None  # as in launch_layout
     try:
-        # As launch_layout's (on the CPU read_stream is 0 and the order None).
+        # As launch_layout's.
         if not layout.launch_read(layout.template, read, result.data_ptr(),
                                   0 if lse is None else lse.data_ptr(), c_workspace,
                                   layout.read_stream, layout.index,

@@ -256,15 +256,15 @@ bool Overlap(std::uintptr_t a, int64_t a_bytes, std::uintptr_t b, int64_t b_byte
          b < a + static_cast<std::uintptr_t>(a_bytes);
 }
 
+// No tensor's memory starts below this address: Linux maps nothing under vm.mmap_min_addr
+// (65536 by default), and CUDA's allocations lie far above it.
+constexpr std::uintptr_t kLowestMapped = 65536;
+
 // A validated layout: the full path's params and the byte extents of the call's tensors,
 // kNumInputs inputs in the order launch() takes their addresses (q, k, v, sinks first),
 // then out. An extent is 0 for an absent or empty tensor.
 // A paged layout of a 5-D cache also holds v's offset from k (launch_read then reads k's
 // address only, as the cache is one tensor).
-// No tensor's memory starts below this address: Linux maps nothing under vm.mmap_min_addr
-// (65536 by default), and CUDA's allocations lie far above it.
-constexpr std::uintptr_t kLowestMapped = 65536;
-
 template <typename Params, size_t kNumInputs>
 struct CallTemplate {
   Params plan;
