@@ -10,11 +10,13 @@ sdpa for it, and its paged|sdpa would ignore the sinks. The gpu tests run Llama-
 gpt-oss-20b attention shapes in bfloat16, where tokens must agree up to a near tie.
 """
 
+import gc
 import os
 import subprocess
 import sys
 import threading
 import types
+import weakref
 
 # Nothing may be fetched at run time: with the hub offline, an accidental download fails
 # at once instead of reaching the network (huggingface_hub reads this on import).
@@ -347,28 +349,56 @@ def test_register_with_another_size_replaces_each_devices_workspace():
         new.check_counter_region()
         splitkv_hf.register(workspace_bytes=24 << 20)
         assert splitkv_hf._workspace_and_lock("cpu") == (new, new_lock)
-        assert not any(w is old for w in splitkv_hf._retired)  # a CPU call returns when done
+        dropped = weakref.ref(old)
+        del old, old_lock
+        gc.collect()
+        assert dropped() is None  # the module holds no dropped workspace
     finally:
         splitkv_hf.register()  # the module's size for the other tests
     assert splitkv_hf.workspace_for("cpu").nbytes == splitkv_hf.DEFAULT_WORKSPACE_BYTES
 
 
+def _freed_block_reused(device, side, record):
+    """Whether torch's allocator hands a freed workspace's block to the next allocation of its
+    size on the stream that made it while a kernel on `side` still runs (recorded on the
+    workspace by the adapter's _use_stream, or not). The side kernel runs about a second,
+    so that it outlasts gc.collect() in a process holding transformers (a 0.1 s kernel did
+    not, on an H100: the block was free again, recorded or not, by the allocation); the
+    allocation must still see it running, or the figure says nothing."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # no other free block of this size to be handed out
+    workspace = splitkv.Workspace(16 << 20, device)
+    size, address = workspace._raw.numel(), workspace._raw.data_ptr()
+    with torch.cuda.stream(side):
+        if record:
+            splitkv_hf._use_stream(workspace, device)
+            splitkv_hf._use_stream(workspace, device)  # once a stream
+            assert splitkv_hf._streams_used[workspace] == {side.cuda_stream}
+        torch.cuda._sleep(2_000_000_000)  # ~1 s on the side stream, as if reading it
+    del workspace
+    gc.collect()
+    reused = torch.empty(size, dtype=torch.uint8, device=device).data_ptr() == address
+    assert not side.query(), "the side kernel ended before the allocation: no evidence either way"
+    side.synchronize()
+    return reused
+
+
 @pytest.mark.gpu
-def test_register_with_another_size_keeps_the_dropped_cuda_workspace_allocated_on_gpu():
-    """A CUDA workspace that register() replaces may still be read by a kernel another
-    thread enqueued on its own stream: freed, torch's allocator could hand its memory to the
-    next allocation (the new workspace's zero fill) while that kernel runs. It is kept."""
+def test_register_with_another_size_frees_the_dropped_cuda_workspace_after_its_streams_on_gpu():
+    """A CUDA workspace that register() replaced was kept for the life of the process (a
+    kernel another thread enqueued on its own stream may still read it). Its memory now goes
+    back to torch's allocator, which hands it out again only after the streams that used it
+    (recorded by the adapter's calls) are done with it."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    side = torch.cuda.Stream(device)
+    assert _freed_block_reused(device, side, record=False)  # the hazard, without the record
+    assert not _freed_block_reused(device, side, record=True)
     try:
         splitkv_hf.register(workspace_bytes=16 << 20)
-        old = splitkv_hf.workspace_for("cuda")
-        address = old.tensor.data_ptr()
+        dropped = weakref.ref(splitkv_hf.workspace_for("cuda"))
         splitkv_hf.register(workspace_bytes=24 << 20)
-        new = splitkv_hf.workspace_for("cuda")
-        assert new is not old and any(w is old for w in splitkv_hf._retired)
-        del old
-        torch.cuda.empty_cache()
-        kept = [w for w in splitkv_hf._retired if w.tensor.data_ptr() == address]
-        assert len(kept) == 1 and kept[0].nbytes == 16 << 20
+        gc.collect()
+        assert dropped() is None  # the module holds no dropped workspace
     finally:
         splitkv_hf.register()
 

@@ -91,8 +91,9 @@ _workspace_bytes = DEFAULT_WORKSPACE_BYTES
 # streams on the same memory itself); no device sync.
 _workspaces = {}
 _workspaces_lock = threading.Lock()
-# CUDA workspaces that register() replaced (see there): never freed.
-_retired = []
+# Per CUDA workspace: the raw handles of the streams whose use of its memory torch's
+# allocator was told of (_use_stream).
+_streams_used = weakref.WeakKeyDictionary()
 
 
 def _new_locks_in_child():
@@ -126,8 +127,9 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
         attention call: a device's workspace of another size, made before (an earlier
         ``register``), is dropped here, and that device's next call makes one of this size
         (:func:`workspace_for` returns it from then on). A call running meanwhile finishes on
-        the old one; one of the same size is kept. A dropped CUDA workspace stays allocated
-        for the life of the process, since kernels enqueued on it may still be running.
+        the old one; one of the same size is kept. A dropped CUDA workspace's memory goes
+        back to torch's allocator once no call holds it, and is handed out again only after
+        the work every stream enqueued on it is done (``Tensor.record_stream``).
 
     Returns
     -------
@@ -163,13 +165,10 @@ def register(workspace_bytes=DEFAULT_WORKSPACE_BYTES):
         _workspace_bytes = workspace_bytes
         for device, (workspace, _) in list(_workspaces.items()):
             if workspace.nbytes != workspace_bytes:
+                # Freed once no call holds it: every stream that used a CUDA one was recorded
+                # on its tensor (_use_stream), so torch's allocator reuses the memory only
+                # after their work on it. CPU calls return when done.
                 del _workspaces[device]
-                if device.type == "cuda":
-                    # Kept, not freed: a kernel another thread enqueued on it (its own stream)
-                    # may still run, and torch's allocator would hand freed memory to the next
-                    # allocation on the stream that made it (the new workspace's zero fill, say)
-                    # without waiting for that kernel. CPU calls return when done.
-                    _retired.append(workspace)
     AttentionInterface.register("splitkv", paged_attention_forward)
     AttentionInterface.register(ATTN_IMPLEMENTATION, paged_attention_forward)
     return ATTN_IMPLEMENTATION
@@ -198,6 +197,21 @@ def _workspace_and_lock(device):
             entry = (splitkv.Workspace(_workspace_bytes, device), threading.Lock())
             _workspaces[device] = entry
         return entry
+
+
+def _use_stream(workspace, device):
+    """Tells torch's allocator that the current stream of CUDA ``device`` uses the memory of
+    ``workspace`` (``Tensor.record_stream``, once a stream). When register() drops the
+    workspace and its last holder lets it go, the allocator hands the memory out again only
+    after the work each recorded stream had enqueued by then: freed without it, the next
+    allocation on the stream that made the workspace (the new workspace's zero fill, say)
+    could take the memory while a kernel another thread enqueued on its own stream still
+    reads it."""
+    stream = workspace_module.current_raw_stream(device.index)
+    used = _streams_used.setdefault(workspace, set())
+    if stream not in used:
+        workspace.tensor.record_stream(torch.cuda.current_stream(device))
+        used.add(stream)
 
 
 def _refuse(what, expected, got, error=ValueError):
@@ -412,6 +426,8 @@ def paged_attention_forward(module, query, key, value, attention_mask, scaling=N
         _refuse("write_index size mismatch", f"{k.shape[0]} (one slot per new token; padded "
                 "batches for CUDA graphs are not supported)", write_index.numel())
     workspace, lock = _workspace_and_lock(q.device)
+    if q.device.type == "cuda":
+        _use_stream(workspace, q.device)
     options = dict(sm_scale=scaling, causal=True, window_left=window_left,
                    logits_soft_cap=float(soft_cap), max_q_len=max_q_len, sinks=sinks)
 
