@@ -293,6 +293,9 @@ def workspace_tensor(op, ws):
     """The uint8 tensor behind a Workspace or a user's own buffer."""
     buffer = getattr(ws, "tensor", ws)
     if not isinstance(buffer, torch.Tensor):
+        if buffer is not ws:  # a Workspace whose tensor attribute was replaced
+            fail(op, "workspace.tensor", "has the wrong type", "a uint8 torch.Tensor",
+                 type(buffer).__name__, error=TypeError)
         fail(op, "workspace", "has the wrong type", "a splitkv.Workspace or a uint8 torch.Tensor",
              type(ws).__name__, error=TypeError)
     if buffer.dtype != torch.uint8:

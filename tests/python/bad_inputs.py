@@ -736,6 +736,7 @@ DESCRIPTIONS = {
     "workspace_misaligned": "workspace base address not 256-byte aligned",
     "workspace_dtype": "workspace not uint8",
     "workspace_type": "workspace neither a Workspace nor a tensor",
+    "workspace_tensor_type": "a Workspace whose tensor attribute is not a tensor",
     "workspace_device": "workspace on another device",
     "q_dtype": "q float64",
     "q_not_a_tensor": "q not a tensor",

@@ -37,6 +37,14 @@ def _aligned_buffer(nbytes, device, offset=0):
     return raw[skip:skip + nbytes]
 
 
+def _without_tensor(device):
+    """A Workspace whose tensor attribute was set to None (the message names the attribute,
+    not the Workspace, whose type is the one expected)."""
+    workspace = splitkv.Workspace(8 << 20, device)
+    workspace.tensor = None
+    return workspace
+
+
 def _other_device(device):
     return "meta" if device == "cpu" else "cpu"
 
@@ -92,6 +100,10 @@ PAGED_CASES = [
      r"paged_attention: workspace has the wrong type: expected a splitkv.Workspace or a uint8 "
      r"torch.Tensor, got int",
      lambda p, ws, d: _paged_call(p, 1 << 24), False),
+    ("workspace_tensor_type", TypeError,
+     r"paged_attention: workspace.tensor has the wrong type: expected a uint8 torch.Tensor, "
+     r"got NoneType",
+     lambda p, ws, d: _paged_call(p, _without_tensor(d)), False),
     ("q_dtype", TypeError,
      r"paged_attention: q dtype unsupported: expected torch.float16, torch.bfloat16 or "
      r"torch.float32, got torch.float64",
