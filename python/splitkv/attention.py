@@ -82,7 +82,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
         NHD: ``[num_pages, 2, page_size, num_kv_heads, head_dim]`` (index 0 of dim 1 is
         k, 1 is v); or a ``(k, v)`` pair of ``[num_pages, num_kv_heads, page_size,
         head_dim]`` (HND) or ``[num_pages, page_size, num_kv_heads, head_dim]`` (NHD)
-        tensors. Any strides (non-contiguous caches work) except a dense ``head_dim``.
+        tensors. Any strides (non-contiguous caches work), but ``head_dim`` must be dense
+        (stride 1).
         Slots past a request's length, and pages it does not list, are never read into a
         result (they may hold NaN). ``num_qo_heads`` must be a multiple of
         ``num_kv_heads`` (GQA/MQA); head_dim 64, 128 or 256 on CUDA.
@@ -117,7 +118,8 @@ def paged_attention(q, kv_cache, block_tables, seq_lens, workspace, *, cu_seqlen
     @return_lse@
     @out@
     max_q_len : int, optional
-        Keyword-only upper bound on q_len over requests, an int >= 1 (ValueError below the
+        Keyword-only upper bound on q_len over requests, an int >= 1 (0, which
+        :func:`ragged_attention` takes as "no bound", is refused here; ValueError below the
         longest query on the CPU; on CUDA, which does not read cu_seqlens_q on the host,
         the rows past the bound are not computed). Default None: 1, or computed on the
         host from ``cu_seqlens_q`` (a device sync for CUDA tensors; pass it to avoid the
